@@ -1,0 +1,108 @@
+// The torch-free description of one attention call, filled on the host by the API layer
+// after validation and read by every backend (passed to CUDA kernels as a
+// `const __grid_constant__` parameter). Strides are in elements and 64-bit; sizes fit int.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::core {
+
+enum class ElementType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// A [batch, rows, heads, dim] operand (q, k, v, out and their gradients). For varlen
+// inputs `batch_stride` is unused: sequence b starts at row cu_seqlens[b].
+struct Operand {
+  void* ptr = nullptr;
+  int64_t batch_stride = 0;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+};
+
+struct AttentionParams {
+  ElementType dtype = ElementType::kF16;
+  int batch = 0;
+  int nheads = 0;
+  int nheads_k = 0;
+  int head_dim = 0;    // d, shared by q and k
+  int head_dim_v = 0;  // d_v, shared by v and out
+  int seqlen_q = 0;    // dense: the size; varlen: max_seqlen_q
+  int seqlen_k = 0;    // dense: the size; varlen: max_seqlen_k; kv cache: the cache capacity
+  int total_q = 0;     // rows of q (varlen: total_q; dense: batch * seqlen_q)
+
+  Operand q, k, v, out;
+
+  // fp32 log-sum-exp; null when not requested. Row i of (b, h) is at
+  // lse[b * lse_batch_stride + h * lse_head_stride + i] (dense) or
+  // lse[h * lse_head_stride + cu_seqlens_q[b] + i] (varlen).
+  float* lse = nullptr;
+  int64_t lse_batch_stride = 0;
+  int64_t lse_head_stride = 0;
+
+  // Varlen: null for dense inputs.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_k = nullptr;
+
+  // Scores: s = softcap * tanh(scale * q.k / softcap) - slope * |distance|.
+  float scale = 1.f;
+  float scale_log2 = 1.f;  // scale * log2(e), for exp2-based softmax
+  float softcap = 0.f;     // 0: off
+  const float* alibi_slopes = nullptr;  // [h] or [b, h]
+  int64_t alibi_batch_stride = 0;       // 0 when the slopes are shared by the batch
+
+  // Visibility window, causal folded in (right = 0); -1 means unbounded.
+  int window_left = -1;
+  int window_right = -1;
+
+  // Dropout: keep an element iff its Philox draw is >= drop_threshold.
+  float dropout_p = 0.f;
+  uint32_t drop_threshold = 0;
+  float dropout_rescale = 1.f;  // 1 / (1 - p)
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  bool is_causal() const { return window_left < 0 && window_right == 0; }
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  bool has_dropout() const { return dropout_p > 0.f; }
+};
+
+struct BackwardParams : AttentionParams {
+  Operand dout, dq, dk, dv;
+  bool deterministic = false;
+  // Workspace carved by the backend from Launch::workspace.
+  void* workspace = nullptr;
+  uint64_t workspace_bytes = 0;
+};
+
+// forward_kvcache: `k` and `v` of the base describe the cache. For a paged cache
+// batch_stride is the page stride and row_stride the stride between rows of a page.
+struct KVCacheParams : AttentionParams {
+  const int32_t* cache_seqlens = nullptr;
+  const int32_t* cache_batch_idx = nullptr;
+  const int32_t* cache_leftpad = nullptr;
+
+  const int32_t* block_table = nullptr;  // null: contiguous cache
+  int64_t block_table_batch_stride = 0;
+  int page_size = 0;
+  int max_pages = 0;  // columns of block_table
+  int num_pages = 0;
+
+  Operand k_new, v_new;  // ptr null: nothing to append
+  int seqlen_new = 0;
+
+  const void* rotary_cos = nullptr;  // null: no rotary
+  const void* rotary_sin = nullptr;
+  int64_t rotary_row_stride = 0;
+  int rotary_dim = 0;
+  int rotary_seqlen = 0;
+  bool rotary_interleaved = false;
+
+  int num_splits = 1;  // resolved: >= 1
+  void* workspace = nullptr;
+  uint64_t workspace_bytes = 0;
+
+  bool is_paged() const { return block_table != nullptr; }
+};
+
+}  // namespace flashattn::core

@@ -1,0 +1,74 @@
+// The dropout keep-test: a pure function of (seed, offset, batch*heads index, row, col),
+// computed with Philox4x32-10 (Salmon et al., SC'11), identical on the host and the
+// device so the CPU and CUDA backends drop exactly the same elements and the backward
+// regenerates the forward's mask without storing it.
+//
+// Counter = (col / 4, row, b * nheads + h, low 32 bits of offset); key = (low 32 bits of
+// seed, high 32 bits of seed + high 32 bits of offset). One draw yields four 32-bit
+// words, used by the four columns 4c .. 4c+3. An element is kept iff its word is
+// >= drop_threshold = round(p * 2^32).
+#pragma once
+
+#include <cstdint>
+
+#include "core/platform.hpp"
+
+namespace flashattn::core {
+
+struct PhiloxWords {
+  uint32_t w[4];
+};
+
+FA_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
+#if defined(__CUDA_ARCH__)
+  *hi = __umulhi(a, b);
+  *lo = a * b;
+#else
+  const uint64_t product = static_cast<uint64_t>(a) * b;
+  *hi = static_cast<uint32_t>(product >> 32);
+  *lo = static_cast<uint32_t>(product);
+#endif
+}
+
+FA_HOST_DEVICE PhiloxWords philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                         uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int round = 0; round < 10; ++round) {
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kMul0, c0, &hi0, &lo0);
+    philox_mulhilo(kMul1, c2, &hi1, &lo1);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// The four draws for columns 4*(col/4) .. 4*(col/4)+3 of one row.
+FA_HOST_DEVICE PhiloxWords dropout_draws(uint64_t seed, uint64_t offset, uint32_t bh,
+                                         uint32_t row, uint32_t col) {
+  return philox4x32_10(col >> 2, row, bh, static_cast<uint32_t>(offset),
+                       static_cast<uint32_t>(seed),
+                       static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(offset >> 32));
+}
+
+FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, uint32_t row,
+                                 uint32_t col, uint32_t drop_threshold) {
+  return dropout_draws(seed, offset, bh, row, col).w[col & 3] >= drop_threshold;
+}
+
+// round(p * 2^32), saturated; p in [0, 1).
+inline uint32_t dropout_threshold(float p) {
+  const double scaled = static_cast<double>(p) * 4294967296.0 + 0.5;
+  return scaled >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(scaled);
+}
+
+}  // namespace flashattn::core

@@ -1,0 +1,23 @@
+// Entry points of the CUDA backend whose kernels have not landed yet: each call is
+// rejected as unsupported, so the dispatch reports it instead of running anything.
+#include "cuda/backend.hpp"
+
+namespace flashattn::cuda {
+namespace {
+Status pending(const char* what) {
+  return Status(StatusCode::kUnsupported,
+                std::string("the CUDA ") + what + " is not implemented yet; use Backend::kCpu");
+}
+}  // namespace
+
+Status check_forward(const core::AttentionParams&, int) { return pending("forward kernel"); }
+size_t forward_workspace_size(const core::AttentionParams&) { return 0; }
+Status forward(const core::AttentionParams&, void*, void*) { return pending("forward kernel"); }
+Status check_backward(const core::BackwardParams&, int) { return pending("backward kernel"); }
+size_t backward_workspace_size(const core::BackwardParams&) { return 0; }
+Status backward(const core::BackwardParams&, void*) { return pending("backward kernel"); }
+Status check_kvcache(const core::KVCacheParams&, int) { return pending("KV-cache kernel"); }
+size_t kvcache_workspace_size(const core::KVCacheParams&) { return 0; }
+Status forward_kvcache(const core::KVCacheParams&, void*) { return pending("KV-cache kernel"); }
+
+}  // namespace flashattn::cuda
