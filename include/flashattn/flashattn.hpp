@@ -18,7 +18,9 @@
 #include <initializer_list>
 #include <string>
 
+#ifndef FLASHATTN_API  // flashattn.h defines the same macro
 #define FLASHATTN_API __attribute__((visibility("default")))
+#endif
 
 namespace flashattn {
 

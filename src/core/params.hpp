@@ -98,7 +98,9 @@ struct KVCacheParams : AttentionParams {
   int rotary_seqlen = 0;
   bool rotary_interleaved = false;
 
-  int num_splits = 1;  // resolved: >= 1
+  // CPU backends: resolved, >= 1. CUDA: 0 is passed through and the CUDA backend picks
+  // the split count itself (it knows the SM count).
+  int num_splits = 1;
   void* workspace = nullptr;
   uint64_t workspace_bytes = 0;
 

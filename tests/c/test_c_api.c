@@ -1,0 +1,123 @@
+/* The C ABI from a C translation unit: a small forward on the CPU checked against a naive
+ * loop, and the error path. Prints "N passed, M failed"; exits nonzero on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flashattn/flashattn.h"
+
+enum { B = 2, SQ = 3, SK = 5, H = 4, HK = 2, D = 8 };
+
+static int passed = 0, failed = 0;
+
+static void expect(int condition, const char* what) {
+  if (condition) {
+    ++passed;
+  } else {
+    ++failed;
+    printf("FAILED: %s (last error: %s)\n", what, fa_last_error_message());
+  }
+}
+
+static float q[B][SQ][H][D], k[B][SK][HK][D], v[B][SK][HK][D];
+static float out[B][SQ][H][D], lse[B][H][SQ];
+
+static void fill_inputs(void) {
+  unsigned state = 12345u;
+  float* arrays[3] = {&q[0][0][0][0], &k[0][0][0][0], &v[0][0][0][0]};
+  const int sizes[3] = {B * SQ * H * D, B * SK * HK * D, B * SK * HK * D};
+  for (int a = 0; a < 3; ++a) {
+    for (int i = 0; i < sizes[a]; ++i) {
+      state = state * 1664525u + 1013904223u;
+      arrays[a][i] = (float)((state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+    }
+  }
+}
+
+static void make_args(fa_forward_args* args, int64_t nheads_k) {
+  const int64_t q_shape[4] = {B, SQ, H, D}, kv_shape[4] = {B, SK, nheads_k, D};
+  const int64_t lse_shape[3] = {B, H, SQ};
+  fa_forward_args_init(args);
+  args->q = fa_make_tensor(q, FA_F32, 4, q_shape);
+  args->k = fa_make_tensor(k, FA_F32, 4, kv_shape);
+  args->v = fa_make_tensor(v, FA_F32, 4, kv_shape);
+  args->out = fa_make_tensor(out, FA_F32, 4, q_shape);
+  args->lse = fa_make_tensor(lse, FA_F32, 3, lse_shape);
+}
+
+/* Largest |out - naive| and |lse - naive| over the whole problem (non-causal, GQA). */
+static double naive_error(void) {
+  double worst = 0.0;
+  const double scale = 1.0 / sqrt((double)D);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / (H / HK);
+      for (int i = 0; i < SQ; ++i) {
+        double s[SK], m = -INFINITY, sum = 0.0;
+        for (int j = 0; j < SK; ++j) {
+          s[j] = 0.0;
+          for (int d = 0; d < D; ++d) s[j] += (double)q[b][i][h][d] * k[b][j][hk][d];
+          s[j] *= scale;
+          if (s[j] > m) m = s[j];
+        }
+        for (int j = 0; j < SK; ++j) sum += exp(s[j] - m);
+        worst = fmax(worst, fabs(lse[b][h][i] - (m + log(sum))));
+        for (int d = 0; d < D; ++d) {
+          double o = 0.0;
+          for (int j = 0; j < SK; ++j) o += exp(s[j] - m) / sum * v[b][j][hk][d];
+          worst = fmax(worst, fabs(out[b][i][h][d] - o));
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+static void test_forward_matches_naive(fa_backend backend, const char* name) {
+  fa_forward_args args;
+  fa_launch launch;
+  char what[96];
+  make_args(&args, HK);
+  fa_launch_init(&launch);
+  launch.backend = backend;
+  memset(out, 0, sizeof out);
+  snprintf(what, sizeof what, "fa_forward on %s returns FA_OK", name);
+  expect(fa_forward(&args, &launch) == FA_OK, what);
+  snprintf(what, sizeof what, "fa_forward on %s matches the naive loop", name);
+  expect(naive_error() < 1e-4, what);
+}
+
+static void test_error_names_the_argument(void) {
+  fa_forward_args args;
+  make_args(&args, 3); /* 3 does not divide nheads = 4 */
+  expect(fa_forward(&args, NULL) == FA_INVALID_ARGUMENT, "nheads_k = 3 is rejected");
+  expect(strstr(fa_last_error_message(), "k: expected nheads_k dividing nheads=4, got 3") != NULL,
+         "the message names k and the expected value");
+  expect(fa_supported_forward(NULL, FA_BACKEND_CPU) == FA_INVALID_ARGUMENT &&
+             strncmp(fa_last_error_message(), "args:", 5) == 0,
+         "a NULL args pointer is rejected by name");
+}
+
+static void test_defaults_and_queries(void) {
+  fa_forward_args args;
+  size_t bytes = 99;
+  fa_forward_args_init(&args);
+  expect(args.options.window_left == -1 && args.options.window_right == -1 && args.lse.rank == 0,
+         "fa_forward_args_init sets the defaults");
+  make_args(&args, HK);
+  expect(fa_workspace_size_forward(&args, FA_BACKEND_CPU, &bytes) == FA_OK && bytes == 0,
+         "the CPU backend needs no workspace");
+  expect(fa_supported_forward(&args, FA_BACKEND_AUTO) == FA_OK,
+         "host tensors are supported on auto");
+  expect(fa_version() != NULL && fa_version()[0] != '\0', "fa_version is set");
+}
+
+int main(void) {
+  fill_inputs();
+  test_forward_matches_naive(FA_BACKEND_REFERENCE, "reference");
+  test_forward_matches_naive(FA_BACKEND_CPU, "cpu");
+  test_error_names_the_argument();
+  test_defaults_and_queries();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
