@@ -48,6 +48,19 @@ HostTensor HostTensor::strided(DType dtype, std::vector<int64_t> shape, int padd
   return t;
 }
 
+HostTensor::HostTensor(const HostTensor& other) : storage_(other.storage_), view_(other.view_) {
+  view_.data = storage_.empty() ? nullptr : storage_.data();
+}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  if (this != &other) {
+    storage_ = other.storage_;
+    view_ = other.view_;
+    view_.data = storage_.empty() ? nullptr : storage_.data();
+  }
+  return *this;
+}
+
 int64_t HostTensor::offset_of(int64_t n) const {
   int64_t offset = 0;
   for (int d = view_.rank - 1; d >= 0; --d) {

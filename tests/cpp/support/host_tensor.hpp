@@ -22,6 +22,11 @@ class HostTensor {
   // Padded rows: dimension `padded_dim` gets `extra` unused elements of stride, so the
   // view is strided (a slice of a larger buffer) while the last dim stays contiguous.
   static HostTensor strided(DType dtype, std::vector<int64_t> shape, int padded_dim, int64_t extra);
+  // A copy owns its own storage (the view points into it, not into the original's).
+  HostTensor(const HostTensor& other);
+  HostTensor& operator=(const HostTensor& other);
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
 
   const Tensor& view() const { return view_; }
   Tensor& view() { return view_; }
