@@ -12,18 +12,10 @@ namespace {
 using flashattn::DType;
 using flashattn::Tensor;
 
-flashattn::core::ElementType element_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return flashattn::core::ElementType::kF16;
-    case DType::kBF16: return flashattn::core::ElementType::kBF16;
-    default: return flashattn::core::ElementType::kF32;
-  }
-}
-
 std::vector<float> to_float(const void* bytes, size_t count, DType dtype) {
   std::vector<float> out(count);
   for (size_t i = 0; i < count; ++i) {
-    out[i] = flashattn::core::load_element(bytes, static_cast<int64_t>(i), element_type(dtype));
+    out[i] = flashattn::core::load_element(bytes, static_cast<int64_t>(i), flashattn::core::element_type(dtype));
   }
   return out;
 }

@@ -12,19 +12,11 @@ namespace {
 using flashattn::DType;
 using flashattn::Tensor;
 
-flashattn::core::ElementType element_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return flashattn::core::ElementType::kF16;
-    case DType::kBF16: return flashattn::core::ElementType::kBF16;
-    default: return flashattn::core::ElementType::kF32;
-  }
-}
-
 std::vector<uint8_t> random_bytes(size_t count, DType dtype, std::mt19937& rng) {
   std::vector<uint8_t> bytes(count * flashattn::dtype_size(dtype));
   std::normal_distribution<float> normal(0.f, 1.f);
   for (size_t i = 0; i < count; ++i) {
-    flashattn::core::store_element(bytes.data(), static_cast<int64_t>(i), element_type(dtype),
+    flashattn::core::store_element(bytes.data(), static_cast<int64_t>(i), flashattn::core::element_type(dtype),
                                    normal(rng));
   }
   return bytes;

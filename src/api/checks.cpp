@@ -152,17 +152,6 @@ Status expect_pair(const Tensor& first, const char* first_name, const Tensor& se
   return invalid(first_name, std::string("a tensor, since ") + second_name + " is given", "none");
 }
 
-core::ElementType element_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return core::ElementType::kF16;
-    case DType::kBF16:
-      return core::ElementType::kBF16;
-    default:
-      return core::ElementType::kF32;
-  }
-}
-
 core::Operand operand_of(const Tensor& t) {
   core::Operand op;
   op.ptr = t.data;

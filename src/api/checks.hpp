@@ -58,8 +58,6 @@ Status expect_float_dtype(const Tensor& t, const char* name);
 Status expect_pair(const Tensor& first, const char* first_name, const Tensor& second,
                    const char* second_name);
 
-core::ElementType element_type(DType dtype);
-
 // A [batch, rows, heads, dim] view (rank 4) or a packed varlen [rows, heads, dim] view
 // (rank 3) as the backends read it.
 core::Operand operand_of(const Tensor& t);

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "core/numeric.hpp"
+
 namespace flashattn::api {
 namespace {
 
@@ -81,7 +83,7 @@ Status check_backend_support(DType dtype, const Sizes& sizes, const Target& targ
 
 void fill_common(const Tensor& q, const Tensor& out, const Tensor& lse, const Sizes& sizes,
                  core::AttentionParams* params) {
-  params->dtype = element_type(q.dtype);
+  params->dtype = core::element_type(q.dtype);
   params->batch = static_cast<int>(sizes.batch);
   params->nheads = static_cast<int>(sizes.nheads);
   params->nheads_k = static_cast<int>(sizes.nheads_k);

@@ -6,8 +6,18 @@
 #include <cstring>
 
 #include "core/params.hpp"
+#include "flashattn/flashattn.hpp"
 
 namespace flashattn::core {
+
+// The storage type of a public floating-point dtype (kI32 has none; it maps to kF32).
+inline ElementType element_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return ElementType::kF16;
+    case DType::kBF16: return ElementType::kBF16;
+    default: return ElementType::kF32;
+  }
+}
 
 inline float bits_to_float(uint32_t bits) {
   float f;

@@ -7,18 +7,6 @@
 #include "core/numeric.hpp"
 
 namespace fa_test {
-namespace {
-
-flashattn::core::ElementType element_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return flashattn::core::ElementType::kF16;
-    case DType::kBF16: return flashattn::core::ElementType::kBF16;
-    default: return flashattn::core::ElementType::kF32;
-  }
-}
-
-}  // namespace
-
 HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape) {
   view_.dtype = dtype;
   view_.rank = static_cast<int>(shape.size());
@@ -74,7 +62,7 @@ int64_t HostTensor::offset_of(int64_t n) const {
 float HostTensor::get(int64_t n) const {
   const int64_t off = offset_of(n);
   if (view_.dtype == DType::kI32) return static_cast<float>(static_cast<const int32_t*>(view_.data)[off]);
-  return flashattn::core::load_element(view_.data, off, element_type(view_.dtype));
+  return flashattn::core::load_element(view_.data, off, flashattn::core::element_type(view_.dtype));
 }
 
 void HostTensor::set(int64_t n, float value) {
@@ -83,7 +71,7 @@ void HostTensor::set(int64_t n, float value) {
     static_cast<int32_t*>(view_.data)[off] = static_cast<int32_t>(value);
     return;
   }
-  flashattn::core::store_element(view_.data, off, element_type(view_.dtype), value);
+  flashattn::core::store_element(view_.data, off, flashattn::core::element_type(view_.dtype), value);
 }
 
 std::vector<float> HostTensor::values() const {
