@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Times the PyTorch peers of the flashattn forward on the FA2 benchmark grid; writes JSON.
+
+Peers: SDPA with the FLASH_ATTENTION backend (FlashAttention-2 inside PyTorch), SDPA with the
+CUDNN_ATTENTION backend, and FlexAttention compiled with torch.compile. Inputs are bf16
+[batch, seqlen, heads, d] viewed as [batch, heads, seqlen, d] (the layout flashattn reads),
+fresh random normals. Each time is the median of triton.testing.do_bench (which clears the
+L2 cache between calls) after its warm-up. TFLOP/s = 4 b h sq sk d, halved when causal.
+
+    python3 bench/peers.py --out peers.json [--hdims 64,128,256] [--seqlens 512,...,16384]
+"""
+import argparse
+import json
+import sys
+import time
+
+
+def grid(hdims, seqlens, tokens, hidden):
+    for d in hdims:
+        for causal in (False, True):
+            for s in seqlens:
+                yield {"hdim": d, "causal": causal, "seqlen": s, "batch": max(1, tokens // s),
+                       "heads": hidden // d}
+
+
+def tflops(p, ms):
+    flops = 4.0 * p["batch"] * p["heads"] * p["seqlen"] * p["seqlen"] * p["hdim"]
+    if p["causal"]:
+        flops /= 2
+    return flops / (ms * 1e-3) / 1e12
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hdims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--peers", default="sdpa_flash,sdpa_cudnn,flex")
+    ap.add_argument("--flex-seqlens", default="",
+                    help="seqlens at which FlexAttention runs (default: all); each new shape "
+                         "costs a torch.compile")
+    args = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    peers = args.peers.split(",")
+    flex = None
+    if "flex" in peers:
+        import torch._dynamo
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        # One compiled kernel per shape: without this, dynamo gives up after 8 shapes and
+        # silently runs the unfused (score-materializing) fallback.
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 1000)
+        flex = torch.compile(flex_attention, dynamic=False)
+
+    def causal_mask(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    flex_seqlens = {int(x) for x in args.flex_seqlens.split(",") if x}
+    results = []
+    device = torch.cuda.get_device_name()
+    for p in grid([int(x) for x in args.hdims.split(",")],
+                  [int(x) for x in args.seqlens.split(",")], args.tokens, args.hidden):
+        shape = (p["batch"], p["seqlen"], p["heads"], p["hdim"])
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                   for _ in range(3))
+        for peer in peers:
+            if peer == "flex" and flex_seqlens and p["seqlen"] not in flex_seqlens:
+                continue
+            entry = dict(p, implementation=peer, device=device, dtype="bf16")
+            try:
+                start = time.time()
+                if peer in ("sdpa_flash", "sdpa_cudnn"):
+                    backend = (SDPBackend.FLASH_ATTENTION if peer == "sdpa_flash"
+                               else SDPBackend.CUDNN_ATTENTION)
+
+                    def fn():
+                        with sdpa_kernel(backend):
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+                else:
+                    mask = (create_block_mask(causal_mask, None, None, p["seqlen"], p["seqlen"])
+                            if p["causal"] else None)
+
+                    def fn():
+                        return flex(q, k, v, block_mask=mask)
+                fn()
+                torch.cuda.synchronize()
+                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                entry.update(ms=ms, tflops=tflops(p, ms), setup_s=round(time.time() - start, 2))
+            except Exception as e:  # a peer that cannot run this problem is reported, not fatal
+                entry.update(error=f"{type(e).__name__}: {e}"[:300])
+            results.append(entry)
+            print(json.dumps(entry), flush=True)
+            with open(args.out, "w") as f:  # rewritten each time: a cut-off run keeps its rows
+                json.dump(results, f, indent=1)
+        del q, k, v
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+// The CUDA forward: kernel choice (shared by check_forward, the workspace query and the run),
+// dispatch to the generated instantiations, and the padding path.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/backend.hpp"
+#include "cuda/check.hpp"
+#include "cuda/forward_pad.hpp"
+#include "cuda/forward_plan.hpp"
+#include "cuda/forward_tuning.hpp"
+#include "cuda/sm80/fwd_launch.hpp"
+
+namespace flashattn::cuda {
+namespace {
+
+Status unsupported(const std::string& what) {
+  return Status(StatusCode::kUnsupported, "CUDA forward: " + what);
+}
+
+template <class T>
+constexpr core::ElementType element_type_of();
+template <>
+constexpr core::ElementType element_type_of<__half>() { return core::ElementType::kF16; }
+template <>
+constexpr core::ElementType element_type_of<__nv_bfloat16>() { return core::ElementType::kBF16; }
+
+// The kernels read 16-byte chunks: pointers 16-byte aligned, strides multiples of 8 elements.
+bool aligned(const core::Operand& op, bool varlen) {
+  return reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 && op.row_stride % 8 == 0 &&
+         op.head_stride % 8 == 0 && (varlen || op.batch_stride % 8 == 0);
+}
+
+// Dynamic shared memory of the compiled kernel for (dtype, head dim); 0 if none.
+int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
+#define FA_FWD_KERNEL(family, type, hdim)                                   \
+  if (dtype == element_type_of<type>() && head_dim == hdim) {               \
+    return family::forward_smem_bytes<type, hdim>();                        \
+  }
+#include "cuda/instantiations/fwd_list.inc"
+#undef FA_FWD_KERNEL
+  return 0;
+}
+
+Status run_kernel(const core::AttentionParams& p, cudaStream_t stream) {
+#define FA_FWD_KERNEL(family, type, hdim)                                   \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {           \
+    return family::run_forward<type, hdim>(p, stream);                      \
+  }
+#include "cuda/instantiations/fwd_list.inc"
+#undef FA_FWD_KERNEL
+  return Status(StatusCode::kInternal, "CUDA forward: no kernel for head dim " +
+                                           std::to_string(p.head_dim));
+}
+
+}  // namespace
+
+Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) {
+  *plan = FwdPlan{};
+  if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
+    return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
+  }
+  if (p.head_dim_v != p.head_dim) {
+    return unsupported("v: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
+                       ", got " + std::to_string(p.head_dim_v));
+  }
+  if (p.head_dim < 1 || p.head_dim > kFwdMaxHeadDim) {
+    return unsupported("q: expected head dim in [1, 256], got " + std::to_string(p.head_dim));
+  }
+  if (p.has_dropout()) {
+    return unsupported("dropout_p: expected 0 (dropout is not implemented in the CUDA forward "
+                       "yet), got " + std::to_string(p.dropout_p));
+  }
+  if (p.nheads > 65535 || p.batch > 65535) {
+    return unsupported("q: expected batch and nheads <= 65535, got batch=" +
+                       std::to_string(p.batch) + " nheads=" + std::to_string(p.nheads));
+  }
+  int major = 0, minor = 0, smem_optin = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (major < 8) {
+    return unsupported("device " + std::to_string(device) + ": expected compute capability >= 8.0, got " +
+                       std::to_string(major) + "." + std::to_string(minor));
+  }
+  plan->head_dim = fwd_kernel_head_dim(p.head_dim);
+  const int smem = kernel_smem_bytes(p.dtype, plan->head_dim);
+  if (smem == 0) {
+    return unsupported("no kernel compiled for head dim " + std::to_string(plan->head_dim));
+  }
+  if (smem > smem_optin) {
+    return unsupported("head dim " + std::to_string(plan->head_dim) + " needs " +
+                       std::to_string(smem) + " bytes of shared memory per block, device " +
+                       std::to_string(device) + " has " + std::to_string(smem_optin));
+  }
+  const bool varlen = p.is_varlen();
+  plan->padded = plan->head_dim != p.head_dim || !aligned(p.q, varlen) ||
+                 !aligned(p.k, varlen) || !aligned(p.v, varlen) || !aligned(p.out, varlen);
+  plan->kernel = FwdKernel::kSm80;
+  return Status::Ok();
+}
+
+Status check_forward(const core::AttentionParams& params, int device) {
+  FwdPlan plan;
+  return choose_kernel(params, device, &plan);
+}
+
+size_t forward_workspace_size(const core::AttentionParams& params) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  FwdPlan plan;
+  if (!choose_kernel(params, device, &plan).ok() || !plan.padded) return 0;
+  return padded_workspace_bytes(params, plan.head_dim);
+}
+
+Status forward(const core::AttentionParams& params, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  int device = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FwdPlan plan;
+  const Status chosen = choose_kernel(params, device, &plan);
+  if (!chosen.ok()) return chosen;
+  if (!plan.padded) return run_kernel(params, stream);
+  if (workspace == nullptr) {
+    return Status(StatusCode::kInvalidArgument,
+                  "launch.workspace: expected " +
+                      std::to_string(padded_workspace_bytes(params, plan.head_dim)) +
+                      " bytes for the padded head dim " + std::to_string(plan.head_dim) +
+                      ", got nullptr");
+  }
+  core::AttentionParams padded;
+  const Status copied = pad_inputs(params, plan.head_dim, workspace, stream, &padded);
+  if (!copied.ok()) return copied;
+  const Status ran = run_kernel(padded, stream);
+  if (!ran.ok()) return ran;
+  return unpad_output(params, padded, stream);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,26 @@
+// How the CUDA forward runs a call: the one decision shared by check_forward (and so by
+// supported()), forward_workspace_size and forward, so they never disagree.
+#pragma once
+
+#include <cstddef>
+
+#include "core/params.hpp"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cuda {
+
+enum class FwdKernel {
+  kNone,
+  kSm80,  // mma.sync FlashAttention-2 kernel (sm80/), sm_80 and newer
+};
+
+struct FwdPlan {
+  FwdKernel kernel = FwdKernel::kNone;
+  int head_dim = 0;     // the compiled head dim that runs (>= params.head_dim)
+  bool padded = false;  // q, k, v and out go through a padded, aligned copy in the workspace
+};
+
+// Ok and the plan when `params` can run on `device`; otherwise why not (kUnsupported).
+Status choose_kernel(const core::AttentionParams& params, int device, FwdPlan* plan);
+
+}  // namespace flashattn::cuda

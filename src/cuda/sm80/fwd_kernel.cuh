@@ -1,0 +1,314 @@
+// The FlashAttention-2 forward kernel on mma.sync (sm_80 and newer).
+//
+// Tile scheduler: one block per (query block, head, batch entry), the query blocks of a head
+// in reverse order so that the longest causal rows start first. Inside a block each warp owns
+// block_m / warps query rows and keeps their output accumulator and softmax state in registers.
+//
+// Mainloop over the key blocks the mask policy names, from the last to the first: the masked
+// blocks on the right (diagonal, end of the keys), the unmasked middle, the masked blocks on
+// the left (window start). Masked and unmasked blocks run different instantiations of the
+// step, so the unmasked one carries no mask code; a warp skips the compute of a masked block
+// that none of its rows can see.
+// Per key block: S = Q K^T (mma.sync from swizzled shared memory), softcap / ALiBi / mask,
+// online softmax in the exp2 domain, O += P V with P taken straight from the S registers.
+// Loads are cp.async: with one stage, V is loaded while S is computed and the next K while
+// P V runs (two barriers per block); with n >= 2 stages, K and V of the block n - 1 ahead are
+// prefetched into a ring of buffers (one barrier per block).
+//
+// Epilogue: O is normalized once, staged through shared memory and written with 16-byte
+// stores; lse goes to its own fp32 array when requested.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/params.hpp"
+#include "cuda/forward_tuning.hpp"
+#include "cuda/prim/cp_async.cuh"
+#include "cuda/prim/math.cuh"
+#include "cuda/sm80/fwd_gemm.cuh"
+#include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/sm80/fwd_softmax.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/tile_copy.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Score conversions computed on the host once per call. A raw score is q.k, or with softcap
+// tanh(scale q.k / softcap); score = raw * unit, and raw * log2_unit is the score in log2 units.
+struct FwdScores {
+  float unit;
+  float log2_unit;
+  float softcap_pre;  // scale / softcap; 0 without softcap
+};
+
+template <int D, class TileT>
+struct FwdShape {
+  static constexpr FwdTile kTile = TileT::value;
+  static_assert(fwd_tile_valid(D, kTile), "invalid forward tile");
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarps = kTile.warps;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kMinBlocks = kTile.min_blocks_per_sm;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpRows = kBlockM / kWarps;
+  static constexpr int kMT = kWarpRows / 16;  // row tiles per warp
+  static constexpr int kNT = kBlockN / 8;     // 8-key column tiles of S
+  static constexpr int kDT = D / 8;           // 8-column tiles of O
+  static constexpr int kKVBuffers = kStages == 1 ? 1 : kStages;
+  using QTile = SmemTile<kBlockM, D>;
+  using KVTile = SmemTile<kBlockN, D>;
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * kKVBuffers * KVTile::kBytes;
+  static_assert(kSmemBytes == fwd_smem_bytes(D, kTile), "smem size disagrees with the table");
+};
+
+template <class T, int D, class TileT>
+__global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, TileT>::kMinBlocks)
+    fwd_kernel(const __grid_constant__ core::AttentionParams p, const FwdScores sc) {
+  using S = FwdShape<D, TileT>;
+  using QTile = typename S::QTile;
+  using KVTile = typename S::KVTile;
+  constexpr int kMT = S::kMT, kNT = S::kNT, kDT = S::kDT, kBlockN = S::kBlockN;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * S::kBlockM;
+
+  // This sequence's lengths and row offsets.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  int64_t q_start = 0, k_start = 0;
+  if (varlen) {
+    q_start = p.cu_seqlens_q[b];
+    k_start = p.cu_seqlens_k[b];
+    seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
+    seqlen_k = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
+  }
+  if (p.seqused_k != nullptr) seqlen_k = p.seqused_k[b];
+  if (m0 >= seqlen_q) return;
+  const int rows = min(S::kBlockM, seqlen_q - m0);
+  const int hk = h / (p.nheads / p.nheads_k);
+
+  auto base = [&](const core::Operand& op, int head, int64_t start) {
+    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
+           head * op.head_stride;
+  };
+  const T* q = base(p.q, h, q_start) + m0 * p.q.row_stride;
+  const T* k = base(p.k, hk, k_start);
+  const T* v = base(p.v, hk, k_start);
+
+  const FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+  const KeyBlocks kb = mask.blocks(m0, rows, kBlockN);
+  const float alibi_raw =
+      p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
+
+  const uint32_t q_smem = prim::smem_addr(smem);
+  const uint32_t kv_smem = q_smem + QTile::kBytes;
+  auto k_buffer = [&](int i) { return kv_smem + i * KVTile::kBytes; };
+  auto v_buffer = [&](int i) { return kv_smem + (S::kKVBuffers + i) * KVTile::kBytes; };
+  auto load_k = [&](int n, int buffer) {
+    block::copy_tile_async<kBlockN, D, S::kThreads>(k_buffer(buffer), k + n * kBlockN * p.k.row_stride,
+                                                    p.k.row_stride, seqlen_k - n * kBlockN, tid);
+  };
+  auto load_v = [&](int n, int buffer) {
+    block::copy_tile_async<kBlockN, D, S::kThreads>(v_buffer(buffer), v + n * kBlockN * p.v.row_stride,
+                                                    p.v.row_stride, seqlen_k - n * kBlockN, tid);
+  };
+
+  const int warp_row0 = warp * S::kWarpRows;
+  const warp::LaneOffsets<QTile, KVTile> lanes(lane);
+  const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
+  const int thread_row0 = m0 + warp_row0 + lane / 4;  // + 16 m + 8 half
+  float o[kMT][kDT][4];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int d = 0; d < kDT; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
+    }
+  }
+  RowSoftmax<kMT> softmax;
+  softmax.init();
+
+  // Scores of key block n: S = Q K^T, then softcap, ALiBi and (masked blocks) the mask.
+  auto scores = [&](auto masked, auto& s, int n, uint32_t k_smem) {
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][j][e] = 0.f;
+      }
+    }
+    warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem, k_smem, lanes);
+    if (sc.softcap_pre != 0.f) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * sc.softcap_pre);
+        }
+      }
+    }
+    const int col0 = n * kBlockN + 2 * (lane % 4);
+    if (alibi_raw != 0.f) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int diagonal = thread_row0 + 16 * m + 8 * half + seqlen_k - seqlen_q;
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
+              s[m][j][2 * half + e] -= alibi_raw * distance;
+            }
+          }
+        }
+      }
+    }
+    if constexpr (std::decay_t<decltype(masked)>::value) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          mask.apply(s[m], half, thread_row0 + 16 * m + 8 * half, col0);
+        }
+      }
+    }
+  };
+
+  int iteration = 0;
+  // The keys this warp's rows may see: a masked block outside them (the causal diagonal
+  // above a warp's rows, say) costs the warp only the block's loads and barriers.
+  const int warp_last_row = min(m0 + warp_row0 + S::kWarpRows, seqlen_q) - 1;
+  const int warp_keys_begin = mask.keys(m0 + warp_row0).begin;
+  const int warp_keys_end = warp_last_row < m0 + warp_row0 ? 0 : mask.keys(warp_last_row).end;
+
+  auto step = [&](auto masked, int n) {
+    float s[kMT][kNT][4];
+    const bool active = !std::decay_t<decltype(masked)>::value ||
+                        (n * kBlockN < warp_keys_end && (n + 1) * kBlockN > warp_keys_begin);
+    if constexpr (S::kStages == 1) {
+      prim::thread::cp_async_wait<0>();
+      __syncthreads();  // K[n] landed; every warp is done with the previous V
+      load_v(n, 0);
+      prim::thread::cp_async_commit();
+      if (active) scores(masked, s, n, k_buffer(0));
+      prim::thread::cp_async_wait<0>();
+      __syncthreads();  // V[n] landed; every warp is done with K[n]
+      if (n > kb.begin) {
+        load_k(n - 1, 0);
+        prim::thread::cp_async_commit();
+      }
+      if (active) {
+        softmax.update(s, o, sc.log2_unit);
+        warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(0), lanes);
+      }
+    } else {
+      const int buffer = iteration % S::kStages;
+      prim::thread::cp_async_wait<S::kStages - 2>();
+      __syncthreads();  // block n landed; every warp is done with the buffer refilled next
+      const int ahead = n - (S::kStages - 1);
+      if (ahead >= kb.begin) {
+        const int refill = (iteration + S::kStages - 1) % S::kStages;
+        load_k(ahead, refill);
+        load_v(ahead, refill);
+      }
+      prim::thread::cp_async_commit();
+      if (active) {
+        scores(masked, s, n, k_buffer(buffer));
+        softmax.update(s, o, sc.log2_unit);
+        warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer), lanes);
+      }
+      ++iteration;
+    }
+  };
+
+  // Prologue: Q and the first key block(s), one commit group per key block.
+  block::copy_tile_async<S::kBlockM, D, S::kThreads>(q_smem, q, p.q.row_stride, rows, tid);
+  if constexpr (S::kStages == 1) {
+    if (kb.end > kb.begin) load_k(kb.end - 1, 0);
+    prim::thread::cp_async_commit();
+  } else {
+#pragma unroll
+    for (int i = 0; i < S::kStages - 1; ++i) {
+      if (kb.end - 1 - i >= kb.begin) {
+        load_k(kb.end - 1 - i, i);
+        load_v(kb.end - 1 - i, i);
+      }
+      prim::thread::cp_async_commit();
+    }
+  }
+
+  constexpr std::true_type masked{};
+  constexpr std::false_type unmasked{};
+  for (int n = kb.end - 1; n >= kb.begin; --n) {
+    if (n >= kb.unmasked_end || n < kb.unmasked_begin) {
+      step(masked, n);
+    } else {
+      step(unmasked, n);
+    }
+  }
+
+  // Epilogue.
+  prim::thread::cp_async_wait<0>();
+  __syncthreads();  // no copy in flight, every warp done with shared memory
+  float lse[kMT][2];
+  softmax.finish(o, sc.unit, lse);
+
+  // Stage this warp's rows of O in its own rows of the Q tile, then 16-byte stores.
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + 16 * m + lane / 4 + 8 * half;
+#pragma unroll
+      for (int d = 0; d < kDT; ++d) {
+        const uint32_t packed = prim::thread::pack2<T>(o[m][d][2 * half], o[m][d][2 * half + 1]);
+        const int offset = QTile::chunk_offset(row, d) + 2 * (lane % 4);
+        *reinterpret_cast<uint32_t*>(smem + offset * 2) = packed;
+      }
+    }
+  }
+  __syncwarp();
+  T* out = const_cast<T*>(base(p.out, h, q_start)) + m0 * p.out.row_stride;
+  constexpr int kChunksPerRow = QTile::kChunksPerRow;
+  constexpr int kWarpChunks = S::kWarpRows * kChunksPerRow;
+  static_assert(kWarpChunks % 32 == 0, "output rows must divide evenly among lanes");
+#pragma unroll
+  for (int i = 0; i < kWarpChunks / 32; ++i) {
+    const int id = lane + 32 * i;
+    const int row = warp_row0 + id / kChunksPerRow;
+    const int c = id % kChunksPerRow;
+    if (row < rows) {
+      const uint4 chunk = *reinterpret_cast<const uint4*>(smem + QTile::chunk_offset(row, c) * 2);
+      *reinterpret_cast<uint4*>(out + row * p.out.row_stride + c * 8) = chunk;
+    }
+  }
+
+  if (p.lse != nullptr && lane % 4 == 0) {
+    float* lse_out = p.lse + h * p.lse_head_stride +
+                     (varlen ? q_start : b * p.lse_batch_stride) + m0;
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp_row0 + 16 * m + lane / 4 + 8 * half;
+        if (row < rows) lse_out[row] = lse[m][half];
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm80

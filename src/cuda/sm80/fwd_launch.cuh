@@ -1,0 +1,59 @@
+// The launcher of fwd_kernel for one tile shape: grid, shared memory and the score
+// conversions. Included by the generated instantiation files (and the tile tuner).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/check.hpp"
+#include "cuda/forward_tuning.hpp"
+#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/fwd_launch.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+// The tile the tuning table gives head dim D.
+template <int D>
+struct TableTile {
+  static constexpr FwdTile value = fwd_sm80_tile(D);
+};
+
+inline FwdScores fwd_scores(const core::AttentionParams& p) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  FwdScores sc;
+  if (p.softcap > 0.f) {
+    sc.unit = p.softcap;
+    sc.log2_unit = p.softcap * kLog2e;
+    sc.softcap_pre = p.scale / p.softcap;
+  } else {
+    sc.unit = p.scale;
+    sc.log2_unit = p.scale_log2;
+    sc.softcap_pre = 0.f;
+  }
+  return sc;
+}
+
+template <class T, int D, class TileT>
+Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
+  using S = FwdShape<D, TileT>;
+  if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
+  auto kernel = &fwd_kernel<T, D, TileT>;
+  if (S::kSmemBytes > 48 * 1024) {
+    FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  }
+  const dim3 grid((p.seqlen_q + S::kBlockM - 1) / S::kBlockM, p.nheads, p.batch);
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, fwd_scores(p));
+  return cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+}
+
+template <class T, int D>
+Status run_forward(const core::AttentionParams& params, cudaStream_t stream) {
+  return launch_forward<T, D, TableTile<D>>(params, stream);
+}
+
+template <class T, int D>
+int forward_smem_bytes() {
+  return FwdShape<D, TableTile<D>>::kSmemBytes;
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,23 @@
+// Host entry points of the sm80 forward kernels, one per (element type, head dim); each is
+// defined in a generated file of src/cuda/instantiations/ (scripts/codegen.py).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "core/params.hpp"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+// Launches the forward for `params`, whose head dim is exactly D, on `stream`. Inputs must
+// be 16-byte aligned with row/head/batch strides that are multiples of 8 elements.
+template <class T, int D>
+Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
+
+// Dynamic shared memory the kernel for head dim D needs per block.
+template <class T, int D>
+int forward_smem_bytes();
+
+}  // namespace flashattn::cuda::sm80

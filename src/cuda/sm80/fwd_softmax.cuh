@@ -1,0 +1,96 @@
+// thread:: the online softmax of the rows one thread holds in its mma accumulators: MT row
+// tiles of 16, of which the thread holds rows g and g + 8 (half 0 and 1), with the scores of
+// a key block in s[MT][NT][4] and the output in o[MT][DT][4] (layouts in prim/mma.cuh).
+//
+// Scores stay in "raw" units (q.k, or tanh(...) with softcap); `log2_unit` converts them to
+// the log2 domain, so p = exp2(s * log2_unit - max * log2_unit) is one FFMA and one ex2.
+// The running sum is kept per thread and reduced over the quad once, at the end. A row with
+// no visible key keeps max = -inf; it subtracts 0 instead, so its weights are exp2(-inf) = 0
+// and its rescale factors 0, never NaN, and finish() gives it out = 0 and lse = -inf.
+#pragma once
+
+#include <math_constants.h>
+
+#include "cuda/prim/math.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+template <int MT>
+struct RowSoftmax {
+  float max[MT][2];
+  float sum[MT][2];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        max[m][h] = -CUDART_INF_F;
+        sum[m][h] = 0.f;
+      }
+    }
+  }
+
+  // Folds in one key block: updates the maxima, rescales `o` and the sums, and replaces the
+  // scores by their unnormalized weights.
+  template <int NT, int DT>
+  __device__ __forceinline__ void update(float (&s)[MT][NT][4], float (&o)[MT][DT][4],
+                                         float log2_unit) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float block_max = max[m][h];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          block_max = fmaxf(block_max, fmaxf(s[m][j][2 * h], s[m][j][2 * h + 1]));
+        }
+        block_max = prim::quad::max(block_max);
+        const bool none = block_max == -CUDART_INF_F;
+        const float shift = none ? 0.f : block_max * log2_unit;
+        const float factor =
+            none ? 0.f : prim::thread::exp2_approx((max[m][h] - block_max) * log2_unit);
+        max[m][h] = block_max;
+        float row_sum = sum[m][h] * factor;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          o[m][d][2 * h] *= factor;
+          o[m][d][2 * h + 1] *= factor;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = prim::thread::exp2_approx(fmaf(s[m][j][2 * h + e], log2_unit, -shift));
+            s[m][j][2 * h + e] = p;
+            row_sum += p;
+          }
+        }
+        sum[m][h] = row_sum;
+      }
+    }
+  }
+
+  // Normalizes `o` and returns the natural-log lse of each row (score units: `unit` is what
+  // converts a raw score to a score) in lse[m][h]; -inf for a row with no visible key.
+  template <int DT>
+  __device__ __forceinline__ void finish(float (&o)[MT][DT][4], float unit, float (&lse)[MT][2]) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float total = prim::quad::sum(sum[m][h]);
+        const bool empty = total == 0.f;
+        const float inv = empty ? 0.f : 1.f / total;
+        lse[m][h] = empty ? -CUDART_INF_F : max[m][h] * unit + logf(total);
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          o[m][d][2 * h] *= inv;
+          o[m][d][2 * h + 1] *= inv;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace flashattn::cuda::sm80

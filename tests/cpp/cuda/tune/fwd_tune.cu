@@ -1,0 +1,144 @@
+// Times forward tile shapes against each other on the benchmark problems (bf16, 16k tokens,
+// hidden 2048), to choose the tuning table's entries (src/cuda/forward_tuning.hpp). Not part
+// of the library build: scripts/gpu-check compiles one object per variant with a forced
+// include defining FA_TUNE_ID (i) and FA_TUNE_TILE (d,block_m,block_n,warps,stages,min_blocks)
+// and one driver whose include defines FA_TUNE_MAIN and FA_TUNE_LIST (X(i, tile...) ...),
+// then links them.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "core/params.hpp"
+#include "cuda/sm80/fwd_launch.cuh"
+
+namespace fa_tune {
+using flashattn::Status;
+using Params = flashattn::core::AttentionParams;
+#define FA_CAT(a, b) a##b
+#define FA_NAME(i) FA_CAT(variant_, i)
+
+#if defined(FA_TUNE_ID)
+template <int D, int BM, int BN, int W, int ST, int MB>
+struct Tile {
+  static constexpr flashattn::cuda::FwdTile value = {BM, BN, W, ST, MB};
+};
+template <int D, int BM, int BN, int W, int ST, int MB>
+Status run(const Params& p, cudaStream_t s) {
+  return flashattn::cuda::sm80::launch_forward<__nv_bfloat16, D, Tile<D, BM, BN, W, ST, MB>>(p, s);
+}
+Status FA_NAME(FA_TUNE_ID)(const Params& p, cudaStream_t s) { return run<FA_TUNE_TILE>(p, s); }
+#endif
+
+#if defined(FA_TUNE_MAIN)
+#define X(i, d, bm, bn, w, st, mb) Status variant_##i(const Params&, cudaStream_t);
+FA_TUNE_LIST
+#undef X
+
+struct Variant {
+  int d, bm, bn, warps, stages, min_blocks;
+  Status (*run)(const Params&, cudaStream_t);
+};
+
+int main() {
+  std::vector<Variant> variants;
+#define X(i, d, bm, bn, w, st, mb) variants.push_back({d, bm, bn, w, st, mb, &variant_##i});
+  FA_TUNE_LIST
+#undef X
+  const int tokens = 16384, hidden = 2048, sets = 4;
+  std::printf("%-5s %-6s %-7s %-22s %9s %9s\n", "d", "causal", "seqlen", "tile(bm,bn,w,st,mb)", "ms",
+              "TFLOP/s");
+  for (int d : {64, 128, 256}) {
+    const int h = hidden / d;
+    const size_t elems = static_cast<size_t>(tokens) * hidden;
+    std::vector<__nv_bfloat16> host(elems);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (auto& x : host) x = __float2bfloat16(normal(rng));
+    std::vector<void*> buffers(4 * sets);
+    for (void*& b : buffers) {
+      cudaMalloc(&b, elems * 2);
+      cudaMemcpy(b, host.data(), elems * 2, cudaMemcpyHostToDevice);
+    }
+    float* lse = nullptr;
+    cudaMalloc(&lse, static_cast<size_t>(tokens) * h * 4);
+    for (int seqlen : {512, 2048, 8192}) {
+      for (bool causal : {false, true}) {
+        for (const Variant& v : variants) {
+          if (v.d != d) continue;
+          Params p;
+          p.dtype = flashattn::core::ElementType::kBF16;
+          p.batch = tokens / seqlen;
+          p.nheads = p.nheads_k = h;
+          p.head_dim = p.head_dim_v = d;
+          p.seqlen_q = p.seqlen_k = seqlen;
+          p.total_q = tokens;
+          p.scale = 1.f / std::sqrt(static_cast<float>(d));
+          p.scale_log2 = p.scale * 1.4426950408889634f;
+          p.window_right = causal ? 0 : -1;
+          p.lse = lse;
+          p.lse_head_stride = seqlen;
+          p.lse_batch_stride = static_cast<int64_t>(h) * seqlen;
+          auto call = [&](int i) {
+            Params q = p;
+            flashattn::core::Operand* ops[] = {&q.q, &q.k, &q.v, &q.out};
+            for (int j = 0; j < 4; ++j) {
+              ops[j]->ptr = buffers[4 * (i % sets) + j];
+              ops[j]->head_stride = d;
+              ops[j]->row_stride = hidden;
+              ops[j]->batch_stride = static_cast<int64_t>(hidden) * seqlen;
+            }
+            return v.run(q, nullptr);
+          };
+          cudaEvent_t a, b;
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
+          for (int i = 0; i < 5; ++i) call(i);
+          std::vector<float> ms;
+          for (int i = 0; i < 20; ++i) {
+            cudaEventRecord(a);
+            const Status s = call(i);
+            cudaEventRecord(b);
+            cudaEventSynchronize(b);
+            if (!s.ok()) {
+              std::printf("error: %s\n", s.message().c_str());
+              break;
+            }
+            float t = 0;
+            cudaEventElapsedTime(&t, a, b);
+            ms.push_back(t);
+          }
+          if (ms.empty()) continue;
+          std::sort(ms.begin(), ms.end());
+          const float med = ms[ms.size() / 2];
+          const double flops = 4.0 * tokens * seqlen * hidden / (causal ? 2 : 1);
+          char tile[64];
+          std::snprintf(tile, sizeof tile, "%d,%d,%d,%d,%d", v.bm, v.bn, v.warps, v.stages,
+                        v.min_blocks);
+          std::printf("%-5d %-6s %-7d %-22s %9.3f %9.1f\n", d, causal ? "yes" : "no", seqlen, tile,
+                      med, flops / (med * 1e-3) / 1e12);
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+        }
+      }
+    }
+    for (void* b : buffers) cudaFree(b);
+    cudaFree(lse);
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
+    return 1;
+  }
+  return 0;
+}
+#endif
+
+}  // namespace fa_tune
+
+#if defined(FA_TUNE_MAIN)
+int main() { return fa_tune::main(); }
+#endif
