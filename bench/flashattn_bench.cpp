@@ -1,5 +1,6 @@
 // flashattn-bench: times one attention problem on one backend, optionally checks it
 // against the reference, and prints a readable line or one JSON object.
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "cpu_peak.hpp"
 #include "cpu/backend.hpp"
 #include "memory.hpp"
 #include "options.hpp"
@@ -28,6 +30,8 @@ struct Result {
   double median_ms = 0;
   double tflops = 0;
   double peak_rss_mb = 0;
+  double cpu_peak_gflops = 0;  // CPU runs: the measured fp32 FMA peak of the threads used
+  int cpu_threads = 0;
   CheckResult check;
 };
 
@@ -67,7 +71,12 @@ void print_line(const Options& o, Backend backend, DType dtype, const Result& r)
   if (o.window_left >= 0 || o.window_right >= 0) std::printf(" window=(%d,%d)", o.window_left, o.window_right);
   if (o.softcap > 0) std::printf(" softcap=%g", o.softcap);
   std::printf(": %.3f ms (median of %zu), %.2f TFLOP/s", r.median_ms, r.ms.size(), r.tflops);
-  if (backend != Backend::kCuda) std::printf(", %.1f GFLOP/s, peak RSS %.0f MiB", r.tflops * 1e3, r.peak_rss_mb);
+  if (backend != Backend::kCuda) {
+    std::printf(", %.1f GFLOP/s = %.0f%% of the fp32 FMA peak (%.1f GFLOP/s, %d threads, %s), "
+                "peak RSS %.0f MiB",
+                r.tflops * 1e3, 100.0 * r.tflops * 1e3 / r.cpu_peak_gflops, r.cpu_peak_gflops,
+                r.cpu_threads, cpu_peak_isa(), r.peak_rss_mb);
+  }
   if (r.check.ran) {
     std::printf(", max_abs_err %.3g (max|ref| %.3g)", r.check.max_abs_err, r.check.max_ref);
   }
@@ -91,6 +100,11 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
               o.causal ? "true" : "false", o.window_left, o.window_right, o.softcap, r.median_ms,
               *std::min_element(r.ms.begin(), r.ms.end()), r.ms.size(), r.buffer_sets, r.tflops,
               r.peak_rss_mb);
+  if (backend != Backend::kCuda) {
+    std::printf(", \"cpu_threads\": %d, \"cpu_isa\": \"%s\", \"cpu_peak_gflops\": %.2f, "
+                "\"fraction_of_peak\": %.4f",
+                r.cpu_threads, cpu_peak_isa(), r.cpu_peak_gflops, r.tflops * 1e3 / r.cpu_peak_gflops);
+  }
   if (r.check.ran) {
     std::printf(", \"max_abs_err\": %.6g, \"max_abs_ref\": %.6g", r.check.max_abs_err, r.check.max_ref);
   }
@@ -166,6 +180,10 @@ int run(const Options& o) {
   const double flops = forward_flops(o) * (backward ? 2.5 : 1.0);
   r.tflops = flops / (r.median_ms * 1e-3) / 1e12;
   r.peak_rss_mb = peak_rss_mb();
+  if (backend != Backend::kCuda) {
+    r.cpu_threads = omp_get_max_threads();
+    r.cpu_peak_gflops = measure_cpu_peak_fp32_gflops(r.cpu_threads);
+  }
 
   if (o.check) {
     r.check = check_against_reference(*memory, o, inputs, sets[0]);
