@@ -1,0 +1,67 @@
+"""The flash_attn functions on torch tensors (CPU or CUDA), through the custom ops of
+_torch_ops.py: autograd, torch.compile and CUDA graphs work as with any torch op."""
+import numpy as np
+import torch
+
+from ._attn_probs import attention_probs
+from ._torch_ops import forward, forward_kvcache
+from ._torch_rng import from_rng_state
+from ._torch_tensors import TorchTensors
+
+adapter = TorchTensors
+
+
+def _scale(q, options):
+    return options.softmax_scale if options.softmax_scale is not None else q.shape[-1] ** -0.5
+
+
+def attention(q, k, v, varlen, options, deterministic):
+    """(out, lse, rng_state)."""
+    left, right = options.window_size
+    cu_q = cu_k = used_k = None
+    max_q = max_k = 0
+    if varlen is not None:
+        cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
+        max_q, max_k = int(varlen.max_seqlen_q), int(varlen.max_seqlen_k)
+    return forward(q, k, v, cu_q, cu_k, used_k, max_q, max_k, float(options.dropout_p),
+                   float(_scale(q, options)), bool(options.causal), int(left), int(right),
+                   float(options.softcap), options.alibi_slopes, bool(deterministic))
+
+
+def kvcache(q, cache, options):
+    left, right = options.window_size
+    return forward_kvcache(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
+                           cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
+                           cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
+                           bool(options.causal), int(left), int(right), float(options.softcap),
+                           bool(cache.rotary_interleaved), options.alibi_slopes,
+                           int(cache.num_splits))
+
+
+def _host_f32(tensor):
+    return None if tensor is None else tensor.detach().float().cpu().numpy()
+
+
+def probs(q, k, lse, options, rng_state, varlen):
+    seed, offset = from_rng_state(rng_state) if rng_state.numel() else (0, 0)
+    cu = max_seqlens = None
+    if varlen is not None:
+        cu = (to_host(varlen.cu_seqlens_q), to_host(varlen.cu_seqlens_k))
+        max_seqlens = (varlen.max_seqlen_q, varlen.max_seqlen_k)
+    p = attention_probs(_host_f32(q), _host_f32(k), _host_f32(lse), _scale(q, options),
+                        options.causal, options.window_size, options.softcap,
+                        _host_f32(options.alibi_slopes), options.dropout_p, seed, offset, cu,
+                        max_seqlens)
+    return torch.from_numpy(p).to(device=q.device, dtype=q.dtype)
+
+
+def no_probs(q):
+    return torch.empty((0,), dtype=q.dtype, device=q.device)
+
+
+def to_host(tensor):
+    return tensor.detach().cpu().numpy()
+
+
+def from_host(array, like):
+    return torch.from_numpy(np.ascontiguousarray(array)).to(like.device)

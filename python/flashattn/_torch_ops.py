@@ -1,0 +1,134 @@
+"""flashattn's torch operators: torch.ops.flashattn.forward, .backward, .forward_kvcache.
+
+Each is a torch.library custom op with a fake implementation (so torch.compile traces it
+without a graph break) and outputs from torch's allocator on the current CUDA stream
+(so a CUDA graph captures it); forward has autograd through backward. Dense and packed
+(varlen) inputs share one op: varlen when cu_seqlens_q is given. The flash_attn-style
+functions (interface.py) are the user-facing layer over these.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _calls, _torch_rng
+from ._torch_tensors import TorchTensors
+
+
+def _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+             dropout_p=0.0, seed=0, offset=0):
+    return _calls.Options(softmax_scale, causal, (window_left, window_right), softcap,
+                          alibi_slopes, dropout_p, seed, offset)
+
+
+def _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
+    if cu_seqlens_q is None:
+        return None
+    return _calls.Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+
+
+def _rng_state_like(q, dropout_p):
+    """Dropout keeps its (seed, offset) in host memory, so the backward reads it without a
+    device sync; without dropout nothing is kept, and nothing lands in host memory (CUDA
+    graph trees skip graphs with CPU tensors)."""
+    if dropout_p > 0:
+        return torch.empty((2,), dtype=torch.int64, device="cpu")
+    return torch.empty((0,), dtype=torch.int64, device=q.device)
+
+
+@torch.library.custom_op("flashattn::forward", mutates_args=())
+def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
+            max_seqlen_k: int, dropout_p: float, softmax_scale: float, causal: bool,
+            window_left: int, window_right: int, softcap: float,
+            alibi_slopes: Optional[Tensor], deterministic: bool
+            ) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, lse, rng_state). `deterministic` is kept for the backward."""
+    if dropout_p > 0:
+        seed, offset = _torch_rng.take_seed_offset(q.device)
+        rng_state = _torch_rng.as_rng_state(seed, offset)
+    else:
+        seed = offset = 0
+        rng_state = _rng_state_like(q, dropout_p)
+    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+                       dropout_p, seed, offset)
+    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    out, lse = _calls.forward(TorchTensors, q, k, v, options, varlen)
+    return out, lse, rng_state
+
+
+@forward.register_fake
+def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                  dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                  alibi_slopes, deterministic):
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty(_calls.lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+    return out, lse, _rng_state_like(q, dropout_p)
+
+
+@torch.library.custom_op("flashattn::backward", mutates_args=())
+def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+             rng_state: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+             seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+             dropout_p: float, softmax_scale: float, causal: bool, window_left: int,
+             window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+             deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of forward, given its out, lse and rng_state."""
+    seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
+    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+                       dropout_p, seed, offset)
+    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    dout = TorchTensors.readable(dout, "dout")
+    return _calls.backward(TorchTensors, dout, q, k, v, out, lse, options, varlen, deterministic)
+
+
+@backward.register_fake
+def _backward_fake(dout, q, k, v, *args):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_forward(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+     softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+     deterministic) = inputs
+    out, lse, rng_state = output
+    ctx.save_for_backward(q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                          alibi_slopes)
+    ctx.scalars = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                   window_right, softcap)
+    ctx.deterministic = deterministic
+    ctx.mark_non_differentiable(lse, rng_state)
+
+
+def _forward_gradients(ctx, grad_out, grad_lse, grad_rng_state):
+    q, k, v, out, lse, rng_state, cu_q, cu_k, used_k, alibi_slopes = ctx.saved_tensors
+    dq, dk, dv = backward(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
+                          *ctx.scalars, alibi_slopes, ctx.deterministic)
+    # Only q, k and v have gradients (lse is not differentiated, as in FlashAttention-2).
+    return (dq, dk, dv) + (None,) * 13
+
+
+forward.register_autograd(_forward_gradients, setup_context=_setup_forward)
+
+
+@torch.library.custom_op("flashattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
+def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
+                    v: Optional[Tensor], rotary_cos: Optional[Tensor],
+                    rotary_sin: Optional[Tensor], cache_seqlens: Tensor,
+                    cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                    block_table: Optional[Tensor], softmax_scale: float, causal: bool,
+                    window_left: int, window_right: int, softcap: float,
+                    rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int
+                    ) -> Tuple[Tensor, Tensor]:
+    """(out, lse); k and v, when given, are written into the caches first."""
+    cache = _calls.KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
+                           cache_batch_idx, cache_leftpad, block_table, rotary_interleaved,
+                           num_splits)
+    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes)
+    return _calls.forward_kvcache(TorchTensors, q, cache, options)
+
+
+@forward_kvcache.register_fake
+def _forward_kvcache_fake(q, k_cache, v_cache, *args):
+    out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+    return out, q.new_empty(_calls.lse_shape(q, False), dtype=torch.float32)

@@ -1,0 +1,129 @@
+"""Hugging Face Transformers integration: flashattn as an attention implementation.
+
+    import flashattn.hf
+    flashattn.hf.register()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="fa2cpp")
+
+The name is "fa2cpp" because Transformers routes every implementation whose name contains
+"flash" to its own flash-attn loader. Like FlashAttention-2 in Transformers, padded
+batches are unpadded to the packed (varlen) layout and padded back, packed sequences are
+read from cu_seq_lens_* or position_ids, and sliding windows and softcapping map to the
+kernel's options. CUDA tensors run the CUDA kernels, CPU tensors the CPU backend.
+"""
+import os
+
+import torch
+
+from .bert_padding import pad_input, unpad_input
+from .interface import flash_attn_func, flash_attn_varlen_func
+
+NAME = "fa2cpp"
+
+__all__ = ["NAME", "register", "attention_forward", "padding_mask"]
+
+
+def register(name=NAME):
+    """Registers the attention function and its mask function under `name`; returns it."""
+    if "flash" in name:
+        raise ValueError(f"name: Transformers rejects registered names containing 'flash', "
+                         f"got {name!r}")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, padding_mask)
+    return name
+
+
+def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
+                 attention_mask=None, **kwargs):
+    """The mask attention_forward takes: the 2D padding mask [batch, kv_length] (True where
+    there is a token), or None without padding. Causality, windows and packing are kernel
+    options, so no dense mask is ever built."""
+    if attention_mask is None:
+        return None
+    attention_mask = attention_mask[:, -kv_length:]
+    if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
+        return None
+    return attention_mask
+
+
+def _kernel_dtype(query):
+    """The CUDA kernels take fp16/bf16: an fp32 model runs them in autocast's dtype (or
+    bf16) and gets fp32 back; the CPU backend takes fp32 as it is."""
+    if query.dtype != torch.float32 or query.device.type != "cuda":
+        return None
+    if torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return torch.bfloat16
+
+
+def _unpadded(q, k, v, mask, options):
+    """Padded batch: keep the tokens, attend in the packed layout, scatter back."""
+    batch, seqlen_q = q.shape[:2]
+    if k.shape[1] > mask.shape[1]:  # a static cache longer than the tokens seen
+        k, v = k[:, :mask.shape[1]], v[:, :mask.shape[1]]
+    k_rows, indices_k, cu_k, max_k, _ = unpad_input(k, mask)
+    v_rows = v.reshape(-1, *v.shape[2:])[indices_k]
+    if seqlen_q == k.shape[1]:
+        q_rows = q.reshape(-1, *q.shape[2:])[indices_k]
+        indices_q, cu_q, max_q = indices_k, cu_k, max_k
+    elif seqlen_q == 1:  # decoding: one query per sequence
+        cu_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+        q_rows, indices_q, max_q = q.squeeze(1), cu_q[:-1], 1
+    else:  # queries are the last seqlen_q positions (left padding)
+        q_rows, indices_q, cu_q, max_q, _ = unpad_input(q, mask[:, -seqlen_q:])
+    out = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    return pad_input(out, indices_q, batch, seqlen_q)
+
+
+def _packed_offsets(position_ids, kwargs):
+    """(cu_q, cu_k, max_q, max_k) of sequences packed in one row, or None if not packed."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None:
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        longest = lambda cu: int((cu[1:] - cu[:-1]).max())
+        return (cu_q, cu_k, longest(cu_q) if max_q is None else int(max_q),
+                longest(cu_k) if max_k is None else int(max_k))
+    if position_ids is None or position_ids.shape[0] != 1:
+        return None
+    positions = position_ids.reshape(-1)
+    starts = torch.nonzero(positions == positions.min()).reshape(-1)
+    if starts.numel() <= 1:
+        return None
+    total = torch.tensor([positions.numel()], device=positions.device)
+    cu = torch.cat([starts, total]).to(torch.int32)
+    longest = int((cu[1:] - cu[:-1]).max())
+    return cu, cu, longest, longest
+
+
+def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                      sliding_window=None, softcap=None, is_causal=None, **kwargs):
+    """Transformers' attention-function signature: query [b, h, s, d], key/value
+    [b, h_kv, s_kv, d] -> (output [b, s, h, d], None)."""
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("fa2cpp: attention sinks (s_aux) are not supported")
+    q, k, v = (x.transpose(1, 2) for x in (query, key, value))
+    out_dtype, kernel_dtype = q.dtype, _kernel_dtype(q)
+    if kernel_dtype is not None:
+        q, k, v = (x.to(kernel_dtype) for x in (q, k, v))
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    deterministic = kwargs.get("deterministic")
+    if deterministic is None:
+        deterministic = os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
+    options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal, softcap=softcap or 0.0,
+                   deterministic=deterministic)
+    if sliding_window is not None:  # `sliding_window` tokens, the current one included
+        options["window_size"] = (sliding_window - 1, 0 if causal else sliding_window - 1)
+
+    packed = None
+    if attention_mask is None and q.shape[1] == k.shape[1]:
+        packed = _packed_offsets(kwargs.get("position_ids"), kwargs)
+    if attention_mask is not None:
+        out = _unpadded(q, k, v, attention_mask, options)
+    elif packed is not None:
+        rows = lambda x: x.reshape(-1, *x.shape[2:])
+        out = flash_attn_varlen_func(rows(q), rows(k), rows(v), *packed, **options)
+        out = out.view(q.shape[0], -1, *out.shape[1:])
+    else:
+        out = flash_attn_func(q, k, v, **options)
+    return out.to(out_dtype), None

@@ -1,0 +1,119 @@
+"""flashattn.hf: tiny randomly initialized Transformers models give the logits of the
+eager implementation with padded batches, packed sequences, sliding windows, softcap."""
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import flashattn.hf  # noqa: E402
+
+NAME = flashattn.hf.register()
+
+
+def _pair(config):
+    """The same weights under fa2cpp and under eager attention."""
+    torch.manual_seed(0)
+    ours = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=NAME)
+    eager = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    eager.load_state_dict(ours.state_dict())
+    return ours.eval(), eager.eval()
+
+
+def _llama(**extra):
+    return transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, max_position_embeddings=64, **extra)
+
+
+def _assert_logits_close(actual, expected, mask=None):
+    if mask is not None:
+        actual, expected = actual[mask.bool()], expected[mask.bool()]
+    torch.testing.assert_close(actual, expected, atol=2e-4, rtol=2e-4)
+
+
+def test_name_with_flash_is_refused():
+    with pytest.raises(ValueError, match="flash"):
+        flashattn.hf.register("flash_cpp")
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_padded_batch(padding_side):
+    ours, eager = _pair(_llama())
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.long)
+    pad = slice(None, 4) if padding_side == "left" else slice(7, None)
+    mask[1, pad] = 0
+    mask[2, (slice(None, 1) if padding_side == "left" else slice(10, None))] = 0
+    with torch.no_grad():
+        _assert_logits_close(ours(ids, attention_mask=mask).logits,
+                             eager(ids, attention_mask=mask).logits, mask)
+
+
+def test_packed_sequences_match_separate_runs():
+    ours, eager = _pair(_llama())
+    lengths = [5, 3, 8]
+    sequences = [torch.randint(0, 97, (1, n)) for n in lengths]
+    ids = torch.cat(sequences, dim=1)
+    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    with torch.no_grad():
+        packed = ours(ids, position_ids=position_ids, use_cache=False).logits
+        separate = torch.cat([eager(s).logits for s in sequences], dim=1)
+    _assert_logits_close(packed, separate)
+
+
+def test_sliding_window():
+    config = transformers.MistralConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, sliding_window=4,
+                                        max_position_embeddings=64)
+    ours, eager = _pair(config)
+    ids = torch.randint(0, 97, (2, 13))
+    with torch.no_grad():
+        _assert_logits_close(ours(ids).logits, eager(ids).logits)
+
+
+def test_softcap_and_alternating_windows():
+    config = transformers.Gemma2Config(vocab_size=97, hidden_size=64, intermediate_size=96,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, head_dim=16, sliding_window=4,
+                                       attn_logit_softcapping=5.0, max_position_embeddings=64)
+    ours, eager = _pair(config)
+    ids = torch.randint(0, 97, (2, 10))
+    with torch.no_grad():
+        _assert_logits_close(ours(ids).logits, eager(ids).logits)
+
+
+def test_generate_with_padding_and_cache():
+    ours, eager = _pair(_llama())
+    ids = torch.randint(1, 97, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # generation pads on the left
+    settings = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        assert torch.equal(ours.generate(ids, **settings), eager.generate(ids, **settings))
+
+
+def test_training_step_gradients():
+    ours, eager = _pair(_llama())
+    ids = torch.randint(0, 97, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    for model in (ours, eager):
+        model.train()
+        model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    for (name, a), (_, b) in zip(ours.named_parameters(), eager.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_packed_sequences_from_cu_seq_lens():
+    """What DataCollatorWithFlattening passes: offsets instead of a mask."""
+    ours, eager = _pair(_llama())
+    lengths = [4, 9]
+    sequences = [torch.randint(0, 97, (1, n)) for n in lengths]
+    cu = torch.tensor([0, 4, 13], dtype=torch.int32)
+    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    with torch.no_grad():
+        packed = ours(torch.cat(sequences, dim=1), position_ids=position_ids, use_cache=False,
+                      cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9).logits
+        separate = torch.cat([eager(s).logits for s in sequences], dim=1)
+    _assert_logits_close(packed, separate)
