@@ -1,0 +1,50 @@
+// Shared by the GPU test files: fixtures that skip cleanly when no GPU is visible (the CUDA
+// tests are built into every CUDA build, GPU or not), dense problems by shape, and the
+// expectation on a shared check.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "device_runner.hpp"
+#include "flashattn/flashattn.hpp"
+#include "support/backend_runner.hpp"
+#include "support/reference_problem.hpp"
+
+namespace fa_cuda_test {
+
+template <class Base>
+class OnGpu : public Base {
+ protected:
+  void SetUp() override {
+    if (!flashattn::cuda_available()) GTEST_SKIP() << "no CUDA device is visible";
+  }
+};
+
+using CudaTest = OnGpu<::testing::Test>;
+template <class Param>
+using CudaTestWithParam = OnGpu<::testing::TestWithParam<Param>>;
+
+struct Shape {
+  int batch, nheads, nheads_k, seqlen_q, seqlen_k, head_dim;
+};
+
+inline fa_test::Problem dense_problem(flashattn::DType dtype, const Shape& s, uint32_t seed) {
+  fa_test::Problem p;
+  p.dtype = dtype;
+  p.batch = s.batch;
+  p.nheads = s.nheads;
+  p.nheads_k = s.nheads_k;
+  p.seqlen_q = s.seqlen_q;
+  p.seqlen_k = s.seqlen_k;
+  p.head_dim = s.head_dim;
+  p.seed = seed;
+  return p;
+}
+
+inline void expect_passes(const fa_test::CheckResult& result) {
+  EXPECT_TRUE(result.passed()) << result.summary();
+}
+
+}  // namespace fa_cuda_test

@@ -1,0 +1,116 @@
+#include "forward_checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "device_runner.hpp"
+#include "tensor_span.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using fa_test::Inputs;
+using fa_test::Outputs;
+using fa_test::Problem;
+using flashattn::cpu::ReferencePrecision;
+
+// The row of out (flattened over batch and sequence) and the head of lse element `n`:
+// lse is [b, h, sq] dense, [h, total_q] varlen.
+struct RowHead {
+  int64_t row;
+  int64_t head;
+};
+RowHead row_head_of_lse(const Problem& p, int64_t n) {
+  if (p.varlen()) return {n % p.total_q(), n / p.total_q()};
+  const int64_t batch = n / (int64_t{p.nheads} * p.seqlen_q);
+  return {batch * p.seqlen_q + n % p.seqlen_q, (n / p.seqlen_q) % p.nheads};
+}
+
+bool is_minus_inf(float x) { return std::isinf(x) && x < 0; }
+
+}  // namespace
+
+void expect_empty_rows_exact(const Problem& p) {
+  SCOPED_TRACE(p.describe());
+  const Inputs inputs = fa_test::make_inputs(p);
+  Outputs tested = fa_test::make_outputs(p);
+  Outputs exact = fa_test::make_outputs(p);
+  const flashattn::Status ran = cuda_runner().forward(fa_test::forward_args(p, inputs, &tested));
+  ASSERT_TRUE(ran.ok()) << ran.message();
+  const flashattn::Status referenced = fa_test::reference_runner(ReferencePrecision::kExact)
+                                           .forward(fa_test::forward_args(p, inputs, &exact));
+  ASSERT_TRUE(referenced.ok()) << referenced.message();
+  int64_t empty_rows = 0;
+  for (int64_t n = 0; n < exact.lse.numel(); ++n) {
+    if (!is_minus_inf(exact.lse.get(n))) continue;
+    ++empty_rows;
+    EXPECT_TRUE(is_minus_inf(tested.lse.get(n))) << "lse[" << n << "] = " << tested.lse.get(n);
+    const RowHead at = row_head_of_lse(p, n);
+    const int64_t first = (at.row * p.nheads + at.head) * p.dim_v();
+    for (int64_t c = 0; c < p.dim_v(); ++c) {
+      const float value = tested.out.get(first + c);
+      if (value != 0.f) {
+        ADD_FAILURE() << "out row " << at.row << " head " << at.head << " has no visible key but "
+                      << "out[" << c << "] = " << value;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(empty_rows, 0) << "the problem has no row without a visible key";
+}
+
+void expect_gaps_untouched(const Problem& p) {
+  SCOPED_TRACE(p.describe());
+  const Inputs inputs = fa_test::make_inputs(p);
+  Outputs tested = fa_test::make_outputs(p);
+  const std::vector<uint8_t> before = tested.out.raw_bytes();
+  const flashattn::Status ran = cuda_runner().forward(fa_test::forward_args(p, inputs, &tested));
+  ASSERT_TRUE(ran.ok()) << ran.message();
+  const std::vector<uint8_t> after = tested.out.raw_bytes();
+
+  // raw_bytes() starts where the view does: a HostTensor's view begins its storage.
+  std::vector<bool> element_byte(before.size(), false);
+  const auto element = static_cast<int64_t>(flashattn::dtype_size(p.dtype));
+  for (int64_t offset : element_offsets(tested.out.view())) {
+    for (int64_t b = 0; b < element; ++b) element_byte[offset * element + b] = true;
+  }
+  int64_t gap_bytes = 0, changed = 0;
+  for (size_t b = 0; b < before.size(); ++b) {
+    if (element_byte[b]) continue;
+    ++gap_bytes;
+    if (before[b] != after[b]) ++changed;
+  }
+  EXPECT_GT(gap_bytes, 0) << "out has no gap to check";
+  EXPECT_EQ(changed, 0) << "bytes written into the gaps of out, of " << gap_bytes;
+}
+
+void expect_passes_without_lse(const Problem& p) {
+  const Inputs inputs = fa_test::make_inputs(p);
+  Outputs tested = fa_test::make_outputs(p);
+  Outputs exact = fa_test::make_outputs(p);
+  Outputs lowp = fa_test::make_outputs(p);
+  flashattn::ForwardArgs args = fa_test::forward_args(p, inputs, &tested);
+  args.lse = flashattn::Tensor{};
+
+  fa_test::CheckResult result;
+  result.problem = p.describe() + " without lse on cuda";
+  result.status = cuda_runner().forward(args);
+  const flashattn::Status referenced =
+      fa_test::reference_runner(ReferencePrecision::kExact)
+          .forward(fa_test::forward_args(p, inputs, &exact));
+  const flashattn::Status referenced_lowp =
+      fa_test::reference_runner(ReferencePrecision::kLowPrecisionNaive)
+          .forward(fa_test::forward_args(p, inputs, &lowp));
+  ASSERT_TRUE(referenced.ok() && referenced_lowp.ok())
+      << referenced.message() << referenced_lowp.message();
+  if (result.status.ok()) {
+    fa_test::compare(&result, "out", tested.out, exact.out, lowp.out,
+                     fa_test::tolerance_eps(p.dtype, exact.out, p.eps_scale));
+  }
+  EXPECT_TRUE(result.passed()) << result.summary();
+}
+
+}  // namespace fa_cuda_test

@@ -1,0 +1,17 @@
+// Checks of the CUDA forward that the shared tolerance check (fa_test::check_forward) does
+// not make, each on a fresh problem through cuda_runner():
+// - rows without a visible key give exactly out = 0 and lse = -inf (SPEC.md), not merely
+//   something within the tolerance of 0;
+// - a strided out keeps the bytes of its gaps;
+// - a call without lse still computes out.
+#pragma once
+
+#include "support/reference_problem.hpp"
+
+namespace fa_cuda_test {
+
+void expect_empty_rows_exact(const fa_test::Problem& problem);
+void expect_gaps_untouched(const fa_test::Problem& problem);
+void expect_passes_without_lse(const fa_test::Problem& problem);
+
+}  // namespace fa_cuda_test

@@ -1,0 +1,91 @@
+// What the CUDA backend cannot run must be refused as kUnsupported, through supported()
+// and through the entry point, with a message naming the feature: never run silently.
+// When a kernel lands, its entry here moves into the feature suites (on cuda_runner()).
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "cuda_test_support.hpp"
+#include "support/kvcache_problem.hpp"
+#include "support/reference_problem.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using fa_test::Runner;
+using flashattn::Status;
+
+struct Refusal {
+  const char* feature;
+  const char* message_word;  // the message must contain it, case aside
+  std::function<Status(const Runner&)> call;
+};
+
+void PrintTo(const Refusal& refusal, std::ostream* os) { *os << refusal.feature; }
+
+Status forward_of(const fa_test::Problem& p, const Runner& runner) {
+  const fa_test::Inputs inputs = fa_test::make_inputs(p);
+  fa_test::Outputs outputs = fa_test::make_outputs(p);
+  return runner.forward(fa_test::forward_args(p, inputs, &outputs));
+}
+
+Status forward_with_dropout(const Runner& runner) {
+  fa_test::Problem p;
+  p.dropout_p = 0.1f;
+  return forward_of(p, runner);
+}
+
+// Permanent: SPEC.md has fp16 and bf16 on the GPU, fp32 on the CPU only.
+Status forward_in_fp32(const Runner& runner) {
+  fa_test::Problem p;
+  p.dtype = flashattn::DType::kF32;
+  return forward_of(p, runner);
+}
+
+Status backward(const Runner& runner) {
+  const fa_test::Problem p;
+  const fa_test::Inputs inputs = fa_test::make_inputs(p);
+  fa_test::Outputs outputs = fa_test::make_outputs(p);
+  return runner.backward(fa_test::backward_args(p, inputs, &outputs));
+}
+
+Status kvcache_decode(const Runner& runner) {
+  fa_test::KVCacheProblem p;
+  p.seqlen_new = 1;
+  const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+  fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
+  return runner.forward_kvcache(fa_test::kvcache_args(p, inputs, &outputs));
+}
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+using CudaRefuses = CudaTestWithParam<Refusal>;
+
+TEST_P(CudaRefuses, ThroughSupportedAndTheEntryPoint) {
+  const Refusal& refusal = GetParam();
+  for (const Runner& runner : {cuda_support_runner(), cuda_runner()}) {
+    const Status status = refusal.call(runner);
+    EXPECT_EQ(status.code(), flashattn::StatusCode::kUnsupported)
+        << runner.name << ": " << flashattn::to_string(status.code()) << " " << status.message();
+    EXPECT_NE(lowercase(status.message()).find(refusal.message_word), std::string::npos)
+        << runner.name << ": the message does not name " << refusal.feature << ": "
+        << status.message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, CudaRefuses,
+    ::testing::Values(Refusal{"dropout", "dropout", forward_with_dropout},
+                      Refusal{"fp32", "fp32", forward_in_fp32},
+                      Refusal{"backward", "backward", backward},
+                      Refusal{"kvcache", "kv", kvcache_decode}),
+    [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
+
+}  // namespace
+}  // namespace fa_cuda_test
