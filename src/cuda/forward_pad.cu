@@ -66,10 +66,11 @@ __global__ void pad_kernel(const uint16_t* src, Rows from, int64_t rows, int hea
   }
 }
 
-// dst(r, h, c) = src[r][h][c] for c < dim.
+// dst(r, h, c) = src[r][h][c] for c < dim and rows below *valid_rows (when given).
 __global__ void unpad_kernel(const uint16_t* src, int64_t rows, int heads, int dim, int padded_dim,
-                             Rows to, uint16_t* dst) {
-  const int64_t total = rows * heads * dim;
+                             const int32_t* valid_rows, Rows to, uint16_t* dst) {
+  const int64_t limit = valid_rows != nullptr ? *valid_rows : rows;
+  const int64_t total = (limit < rows ? limit : rows) * heads * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(i % dim);
@@ -84,6 +85,8 @@ unsigned grid_for(int64_t elements) {
   return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
+}  // namespace
+
 core::Operand contiguous(void* ptr, const core::AttentionParams& p, int heads, int seqlen, int dim) {
   core::Operand op;
   op.ptr = ptr;
@@ -93,7 +96,27 @@ core::Operand contiguous(void* ptr, const core::AttentionParams& p, int heads, i
   return op;
 }
 
-}  // namespace
+Status pad_copy(const core::Operand& from, const core::AttentionParams& p, int seqlen,
+                int64_t rows, int heads, int dim, int padded_dim, const int32_t* valid_rows,
+                void* to, cudaStream_t stream) {
+  const int64_t elements = rows * heads * padded_dim;
+  if (elements == 0) return Status::Ok();
+  pad_kernel<<<grid_for(elements), 256, 0, stream>>>(
+      static_cast<const uint16_t*>(from.ptr), rows_of(from, p, seqlen), rows, heads, dim,
+      padded_dim, valid_rows, static_cast<uint16_t*>(to));
+  return cuda_status(cudaGetLastError(), "launching a pad copy");
+}
+
+Status unpad_copy(const void* from, int64_t rows, int heads, int dim, int padded_dim,
+                  const int32_t* valid_rows, const core::Operand& to,
+                  const core::AttentionParams& p, int seqlen, cudaStream_t stream) {
+  const int64_t elements = rows * heads * dim;
+  if (elements == 0) return Status::Ok();
+  unpad_kernel<<<grid_for(elements), 256, 0, stream>>>(
+      static_cast<const uint16_t*>(from), rows, heads, dim, padded_dim, valid_rows,
+      rows_of(to, p, seqlen), static_cast<uint16_t*>(to.ptr));
+  return cuda_status(cudaGetLastError(), "launching an unpad copy");
+}
 
 size_t padded_workspace_bytes(const core::AttentionParams& params, int padded_dim) {
   return layout(params, padded_dim).total;
@@ -125,24 +148,17 @@ Status pad_inputs(const core::AttentionParams& p, int padded_dim, void* workspac
       {p.v, padded->v, rows_k(p), p.nheads_k, p.head_dim_v, p.seqlen_k, k_rows},
   };
   for (const Copy& c : copies) {
-    const int64_t elements = c.rows * c.heads * padded_dim;
-    if (elements == 0) continue;
-    pad_kernel<<<grid_for(elements), 256, 0, stream>>>(
-        static_cast<const uint16_t*>(c.from.ptr), rows_of(c.from, p, c.seqlen), c.rows, c.heads,
-        c.dim, padded_dim, c.valid_rows, static_cast<uint16_t*>(c.to.ptr));
-    FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const Status copied = pad_copy(c.from, p, c.seqlen, c.rows, c.heads, c.dim, padded_dim,
+                                   c.valid_rows, c.to.ptr, stream);
+    if (!copied.ok()) return copied;
   }
   return Status::Ok();
 }
 
 Status unpad_output(const core::AttentionParams& p, const core::AttentionParams& padded,
                     cudaStream_t stream) {
-  const int64_t elements = rows_q(p) * p.nheads * p.head_dim_v;
-  if (elements == 0) return Status::Ok();
-  unpad_kernel<<<grid_for(elements), 256, 0, stream>>>(
-      static_cast<const uint16_t*>(padded.out.ptr), rows_q(p), p.nheads, p.head_dim_v,
-      padded.head_dim, rows_of(p.out, p, p.seqlen_q), static_cast<uint16_t*>(p.out.ptr));
-  return cuda_status(cudaGetLastError(), "launching the output unpad copy");
+  return unpad_copy(padded.out.ptr, rows_q(p), p.nheads, p.head_dim_v, padded.head_dim, nullptr,
+                    p.out, p, p.seqlen_q, stream);
 }
 
 }  // namespace flashattn::cuda

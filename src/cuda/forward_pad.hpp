@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/params.hpp"
 #include "flashattn/flashattn.hpp"
@@ -21,6 +22,19 @@ size_t padded_workspace_bytes(const core::AttentionParams& params, int padded_di
 // copies (head dim `padded_dim`, out pointing at the padded output buffer).
 Status pad_inputs(const core::AttentionParams& params, int padded_dim, void* workspace,
                   cudaStream_t stream, core::AttentionParams* padded);
+
+// The pieces, shared with the backward's padding path (backward_pad.cu). A contiguous
+// [rows, heads, dim] operand over `ptr` (batch_stride: seqlen rows, 0 when varlen):
+core::Operand contiguous(void* ptr, const core::AttentionParams& p, int heads, int seqlen, int dim);
+// to[r][h][c] = from(r, h, c) for c < dim and r below *valid_rows (when given), else 0; `seqlen`
+// is the rows per batch entry of a dense operand.
+Status pad_copy(const core::Operand& from, const core::AttentionParams& p, int seqlen,
+                int64_t rows, int heads, int dim, int padded_dim, const int32_t* valid_rows,
+                void* to, cudaStream_t stream);
+// to(r, h, c) = from[r][h][c] for c < dim and r below *valid_rows (when given).
+Status unpad_copy(const void* from, int64_t rows, int heads, int dim, int padded_dim,
+                  const int32_t* valid_rows, const core::Operand& to,
+                  const core::AttentionParams& p, int seqlen, cudaStream_t stream);
 
 // Copies the first head_dim_v columns of the padded output back into params.out.
 Status unpad_output(const core::AttentionParams& params, const core::AttentionParams& padded,

@@ -1,5 +1,5 @@
-// Entry points of the CUDA backend whose kernels have not landed yet (backward, KV cache):
-// each call is rejected as unsupported, so the dispatch reports it instead of running anything.
+// Entry points of the CUDA backend whose kernels have not landed yet (KV cache): each call is
+// rejected as unsupported, so the dispatch reports it instead of running anything.
 #include "cuda/backend.hpp"
 
 namespace flashattn::cuda {
@@ -10,9 +10,6 @@ Status pending(const char* what) {
 }
 }  // namespace
 
-Status check_backward(const core::BackwardParams&, int) { return pending("backward kernel"); }
-size_t backward_workspace_size(const core::BackwardParams&) { return 0; }
-Status backward(const core::BackwardParams&, void*) { return pending("backward kernel"); }
 Status check_kvcache(const core::KVCacheParams&, int) { return pending("KV-cache kernel"); }
 size_t kvcache_workspace_size(const core::KVCacheParams&) { return 0; }
 Status forward_kvcache(const core::KVCacheParams&, void*) { return pending("KV-cache kernel"); }

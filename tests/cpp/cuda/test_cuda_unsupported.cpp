@@ -44,11 +44,16 @@ Status forward_in_fp32(const Runner& runner) {
   return forward_of(p, runner);
 }
 
-Status backward(const Runner& runner) {
-  const fa_test::Problem p;
+Status backward_of(const fa_test::Problem& p, const Runner& runner) {
   const fa_test::Inputs inputs = fa_test::make_inputs(p);
   fa_test::Outputs outputs = fa_test::make_outputs(p);
   return runner.backward(fa_test::backward_args(p, inputs, &outputs));
+}
+
+Status backward_with_dropout(const Runner& runner) {
+  fa_test::Problem p;
+  p.dropout_p = 0.1f;
+  return backward_of(p, runner);
 }
 
 Status kvcache_decode(const Runner& runner) {
@@ -83,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaRefuses,
     ::testing::Values(Refusal{"dropout", "dropout", forward_with_dropout},
                       Refusal{"fp32", "fp32", forward_in_fp32},
-                      Refusal{"backward", "backward", backward},
+                      Refusal{"backward_dropout", "dropout", backward_with_dropout},
                       Refusal{"kvcache", "kv", kvcache_decode}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
 

@@ -1,0 +1,195 @@
+// The CUDA backward: what it runs (one plan shared by check_backward, and so supported(), the
+// workspace query and the run), its workspace, and the three launches: preprocess
+// (D = dot(dO, O), lse in log2 units, dQ accumulator zeroed), the main kernel of the head dim
+// (sm80/bwd_kernel.cuh), dQ conversion; through the padding path (backward_pad.hpp) for head
+// dims without a kernel and views the kernel cannot read in place.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/backend.hpp"
+#include "cuda/backward_pad.hpp"
+#include "cuda/backward_tuning.hpp"
+#include "cuda/backward_workspace.hpp"
+#include "cuda/check.hpp"
+#include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_prepost.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+Status unsupported(const std::string& what) {
+  return Status(StatusCode::kUnsupported, "CUDA backward: " + what);
+}
+
+template <class T>
+constexpr core::ElementType element_type_of();
+template <>
+constexpr core::ElementType element_type_of<__half>() { return core::ElementType::kF16; }
+template <>
+constexpr core::ElementType element_type_of<__nv_bfloat16>() { return core::ElementType::kBF16; }
+
+// The main kernel reads q, k, v and dout in place with 16-byte copies.
+bool aligned(const core::Operand& op, bool varlen) {
+  return reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 && op.row_stride % 8 == 0 &&
+         op.head_stride % 8 == 0 && (varlen || op.batch_stride % 8 == 0);
+}
+
+int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
+#define FA_BWD_KERNEL(family, type, hdim)                                   \
+  if (dtype == element_type_of<type>() && head_dim == hdim) {               \
+    return family::backward_smem_bytes<type, hdim>();                       \
+  }
+#include "cuda/instantiations/bwd_list.inc"
+#undef FA_BWD_KERNEL
+  return 0;
+}
+
+Status run_kernel(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
+#define FA_BWD_KERNEL(family, type, hdim)                                   \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {           \
+    return family::run_backward<type, hdim>(p, w, stream);                  \
+  }
+#include "cuda/instantiations/bwd_list.inc"
+#undef FA_BWD_KERNEL
+  return Status(StatusCode::kInternal,
+                "CUDA backward: no kernel for head dim " + std::to_string(p.head_dim));
+}
+
+struct BwdPlan {
+  int head_dim = 0;     // the compiled head dim that runs (>= params.head_dim)
+  bool padded = false;  // through padded copies in the workspace
+};
+
+// The device-independent part of the decision.
+Status plan_of(const core::BackwardParams& p, BwdPlan* plan) {
+  if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
+    return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
+  }
+  if (p.head_dim_v != p.head_dim) {
+    return unsupported("v: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
+                       ", got " + std::to_string(p.head_dim_v));
+  }
+  plan->head_dim = bwd_kernel_head_dim(p.head_dim);
+  if (plan->head_dim == 0) {
+    return unsupported("q: expected head dim in [1, " + std::to_string(kBwdMaxHeadDim) +
+                       "], got " + std::to_string(p.head_dim) +
+                       " (larger head dims are not implemented in the CUDA backward yet; use "
+                       "Backend::kCpu)");
+  }
+  if (p.has_dropout()) {
+    return unsupported("dropout_p: expected 0 (dropout is not implemented in the CUDA backward "
+                       "yet), got " + std::to_string(p.dropout_p));
+  }
+  const int slices = bwd_sm80_tile(plan->head_dim).slices;
+  if (static_cast<int64_t>(p.nheads_k) * slices > 65535 || p.batch > 65535) {
+    return unsupported("q: expected batch <= 65535 and nheads_k <= " +
+                       std::to_string(65535 / slices) + ", got batch=" + std::to_string(p.batch) +
+                       " nheads_k=" + std::to_string(p.nheads_k));
+  }
+  const bool varlen = p.is_varlen();
+  plan->padded = plan->head_dim != p.head_dim || !aligned(p.q, varlen) || !aligned(p.k, varlen) ||
+                 !aligned(p.v, varlen) || !aligned(p.dout, varlen);
+  return Status::Ok();
+}
+
+// The params of the problem the main kernel runs (head dim plan.head_dim), for sizing.
+core::BackwardParams kernel_shape(const core::BackwardParams& p, const BwdPlan& plan) {
+  core::BackwardParams k = p;
+  k.head_dim = k.head_dim_v = plan.head_dim;
+  return k;
+}
+
+unsigned grid_for(int64_t items, int per_block) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+template <class T>
+Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
+  const sm80::RowMap rows{p.is_varlen() ? 0 : p.seqlen_q};
+  const int64_t pairs = static_cast<int64_t>(p.total_q) * p.nheads;
+  if (pairs > 0) {
+    sm80::bwd_preprocess<T><<<grid_for(pairs, 8), 256, 0, stream>>>(p, rows, w);
+    FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  if (w.turns_bytes > 0) {
+    FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.turns, 0, w.turns_bytes, stream));
+  }
+  const Status ran = run_kernel(p, w, stream);
+  if (!ran.ok()) return ran;
+  if (pairs > 0) {
+    sm80::bwd_convert_dq<T><<<grid_for(pairs * p.head_dim, 256), 256, 0, stream>>>(p, rows,
+                                                                                   w.dq_accum);
+    FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_backward(const core::BackwardParams& p, int device) {
+  BwdPlan plan;
+  const Status planned = plan_of(p, &plan);
+  if (!planned.ok()) return planned;
+  int major = 0, minor = 0, smem_optin = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (major < 8) {
+    return unsupported("device " + std::to_string(device) +
+                       ": expected compute capability >= 8.0, got " + std::to_string(major) + "." +
+                       std::to_string(minor));
+  }
+  const int smem = kernel_smem_bytes(p.dtype, plan.head_dim);
+  if (smem == 0) return unsupported("no kernel compiled for head dim " + std::to_string(plan.head_dim));
+  if (smem > smem_optin) {
+    return unsupported("head dim " + std::to_string(plan.head_dim) + " needs " +
+                       std::to_string(smem) + " bytes of shared memory per block, device " +
+                       std::to_string(device) + " has " + std::to_string(smem_optin));
+  }
+  return Status::Ok();
+}
+
+size_t backward_workspace_size(const core::BackwardParams& p) {
+  BwdPlan plan;
+  if (!plan_of(p, &plan).ok()) return 0;
+  const size_t kernel_bytes =
+      bwd_workspace_layout(kernel_shape(p, plan), bwd_sm80_tile(plan.head_dim).block_m,
+                           bwd_sm80_tile(plan.head_dim).slices)
+          .total;
+  return kernel_bytes + (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
+}
+
+Status backward(const core::BackwardParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  int device = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const Status checked = check_backward(p, device);
+  if (!checked.ok()) return checked;
+  const size_t needed = backward_workspace_size(p);
+  if (p.workspace == nullptr || p.workspace_bytes < needed) {
+    return Status(StatusCode::kInvalidArgument,
+                  "launch.workspace: expected at least " + std::to_string(needed) +
+                      " bytes for the CUDA backward, got " + std::to_string(p.workspace_bytes));
+  }
+  BwdPlan plan;
+  plan_of(p, &plan);
+  auto run = [&](const core::BackwardParams& q) {
+    const BwdTile tile = bwd_sm80_tile(q.head_dim);
+    const BwdWorkspace w = bwd_workspace(q, tile.block_m, tile.slices);
+    return q.dtype == core::ElementType::kF16 ? run_typed<__half>(q, w, stream)
+                                              : run_typed<__nv_bfloat16>(q, w, stream);
+  };
+  if (!plan.padded) return run(p);
+  core::BackwardParams padded;
+  Status s = bwd_pad_inputs(p, plan.head_dim, stream, &padded);
+  if (!s.ok()) return s;
+  s = run(padded);
+  if (!s.ok()) return s;
+  return bwd_unpad_gradients(p, padded, stream);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,25 @@
+// Host entry points of the sm80 backward main kernel, one per (element type, head dim); each
+// is defined in a generated file of src/cuda/instantiations/ (scripts/codegen.py).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "core/params.hpp"
+#include "cuda/backward_workspace.hpp"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+// Launches the main kernel for `params` (head dim exactly D, 16-byte aligned inputs) on
+// `stream`; the workspace must hold the preprocessed D, lse and a zeroed dQ accumulator.
+template <class T, int D>
+Status run_backward(const core::BackwardParams& params, const BwdWorkspace& workspace,
+                    cudaStream_t stream);
+
+// Dynamic shared memory the kernel for head dim D needs per block.
+template <class T, int D>
+int backward_smem_bytes();
+
+}  // namespace flashattn::cuda::sm80

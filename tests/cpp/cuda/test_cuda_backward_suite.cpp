@@ -1,0 +1,309 @@
+// The CUDA backward through the public API (cuda_runner) against the reference, with the
+// shared problems and tolerance check the CPU backend runs (fa_test::check_backward: the
+// runner's own forward, then its backward; out, lse, dq, dk, dv under FA2's rule), in fp16
+// and bf16: every head dim with a backward kernel and padded ones, odd and unequal sequence
+// lengths, causal and windows (rows without keys included: zero gradients), softcap, ALiBi,
+// GQA/MQA, varlen with empty sequences and seqused_k, strided views; both dQ accumulation
+// modes; and the deterministic mode, bitwise identical run to run. The CPU reference backward is slow: problems stay small.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_test_support.hpp"
+#include "support/reference_problem.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using fa_test::Problem;
+using flashattn::DType;
+
+// cuda_runner() with BackwardArgs::deterministic set.
+fa_test::Runner deterministic_runner() {
+  fa_test::Runner runner = cuda_runner();
+  const auto backward = runner.backward;
+  runner.name += " (deterministic)";
+  runner.backward = [backward](const flashattn::BackwardArgs& args) {
+    flashattn::BackwardArgs copy = args;
+    copy.deterministic = true;
+    return backward(copy);
+  };
+  return runner;
+}
+
+// Runs the CUDA forward and backward of `p` and expects rows [row_begin, row_end) of the
+// gradient `which` (a [rows, heads, d] or [b, rows, heads, d] tensor, flattened over the
+// leading dims) to be exactly zero: rows without a visible key (SPEC.md), not merely close.
+void expect_zero_rows(const Problem& p, const char* which, int row_begin, int row_end) {
+  const fa_test::Inputs inputs = fa_test::make_inputs(p);
+  fa_test::Outputs outputs = fa_test::make_outputs(p);
+  const fa_test::Runner runner = cuda_runner();
+  ASSERT_TRUE(runner.forward(fa_test::forward_args(p, inputs, &outputs)).ok());
+  const flashattn::Status status = runner.backward(fa_test::backward_args(p, inputs, &outputs));
+  ASSERT_TRUE(status.ok()) << status.message();
+  const fa_test::HostTensor& grad = std::string(which) == "dq" ? outputs.dq
+                                    : std::string(which) == "dk" ? outputs.dk
+                                                                 : outputs.dv;
+  const int r = grad.rank();
+  const int64_t row_elements = grad.size(r - 1) * grad.size(r - 2);
+  int nonzero = 0;
+  for (int64_t i = row_begin * row_elements; i < row_end * row_elements; ++i) {
+    if (grad.get(i) != 0.f) ++nonzero;
+  }
+  EXPECT_EQ(nonzero, 0) << p.describe() << ": " << which << " rows " << row_begin << ".."
+                        << row_end;
+}
+
+class CudaBackward : public CudaTestWithParam<DType> {
+ protected:
+  Problem problem(const Shape& s) {
+    const uint32_t dtype_seeds = GetParam() == DType::kBF16 ? 70000u : 20000u;
+    return dense_problem(GetParam(), s, dtype_seeds + next_seed_++);
+  }
+
+  Problem varlen(int nheads, int nheads_k, int head_dim, std::vector<int> seqlens_q,
+                 std::vector<int> seqlens_k) {
+    Problem p = problem({0, nheads, nheads_k, 0, 0, head_dim});
+    p.seqlens_q = std::move(seqlens_q);
+    p.seqlens_k = std::move(seqlens_k);
+    return p;
+  }
+
+  // Both accumulation modes of dQ must pass the same check.
+  static void expect_passes_on_cuda(const Problem& p) {
+    expect_passes(fa_test::check_backward(p, cuda_runner()));
+    expect_passes(fa_test::check_backward(p, deterministic_runner()));
+  }
+
+ private:
+  uint32_t next_seed_ = 1;
+};
+
+TEST_P(CudaBackward, HeadDims) {
+  for (int d : {32, 64, 96, 128, 256}) {
+    for (bool causal : {false, true}) {
+      Problem p = problem({2, 2, 1, 77, 130, d});
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+// d without a kernel: the API pads into the workspace and copies dq, dk, dv back.
+TEST_P(CudaBackward, HeadDimsServedByPadding) {
+  for (int d : {1, 8, 16, 24, 40, 72, 80, 100, 127, 160, 192, 255}) {
+    Problem p = problem({2, 2, 1, 45, 90, d});
+    p.causal = d % 2 == 0;
+    expect_passes_on_cuda(p);
+  }
+  Problem packed = varlen(4, 2, 40, {30, 0, 77}, {50, 9, 60});
+  packed.seqused_k = {50, 0, 41};
+  packed.causal = true;
+  expect_passes_on_cuda(packed);
+}
+
+// Lengths that are not multiples of any tile, 1, and sq != sk both ways (causal sq > sk
+// leaves the first sq - sk rows without keys: their dq is 0 and they add nothing to dk, dv).
+TEST_P(CudaBackward, OddAndUnequalSeqlens) {
+  const std::pair<int, int> lengths[] = {{1, 1},     {1, 17},   {17, 1},   {17, 17},
+                                         {127, 127}, {1, 127},  {127, 1},  {113, 203},
+                                         {203, 113}, {128, 64}, {64, 128}, {129, 65}};
+  for (auto [sq, sk] : lengths) {
+    for (bool causal : {false, true}) {
+      Problem p = problem({2, 2, 1, sq, sk, sq % 2 == 0 ? 128 : 64});
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+TEST_P(CudaBackward, LongerSequences) {
+  Problem p = problem({1, 2, 1, 400, 500, 64});
+  p.causal = true;
+  expect_passes_on_cuda(p);
+  Problem q = problem({1, 1, 1, 300, 300, 128});
+  expect_passes_on_cuda(q);
+}
+
+TEST_P(CudaBackward, RowsWithoutKeysGetZeroGradients) {
+  Problem causal = problem({2, 2, 2, 150, 40, 64});
+  causal.causal = true;
+  Problem shut_window = problem({1, 2, 2, 100, 10, 64});  // window (0, 0) with sq > sk
+  shut_window.window_left = 0;
+  shut_window.window_right = 0;
+  Problem keyless_sequences = varlen(2, 1, 64, {20, 33, 7}, {0, 40, 9});
+  keyless_sequences.seqused_k = {0, 40, 0};
+  for (const Problem& p : {causal, shut_window, keyless_sequences}) expect_passes_on_cuda(p);
+  expect_zero_rows(causal, "dq", 0, 110);             // batch 0: its first 150 - 40 rows
+  expect_zero_rows(shut_window, "dq", 0, 90);
+  expect_zero_rows(keyless_sequences, "dq", 0, 20);   // sequence 0 has no keys
+  expect_zero_rows(keyless_sequences, "dk", 40, 49);  // sequence 2: seqused_k = 0
+  expect_zero_rows(keyless_sequences, "dv", 40, 49);
+}
+
+TEST_P(CudaBackward, SlidingWindows) {
+  const std::pair<int, int> windows[] = {{16, -1}, {0, -1}, {-1, 5}, {0, 0}, {32, 32}, {100, 7}};
+  for (auto [left, right] : windows) {
+    for (auto [sq, sk] : {std::pair{150, 150}, std::pair{90, 170}, std::pair{170, 90}}) {
+      Problem p = problem({1, 2, 2, sq, sk, 64});
+      p.window_left = left;
+      p.window_right = right;
+      expect_passes_on_cuda(p);
+    }
+  }
+  Problem causal_with_left = problem({1, 2, 1, 260, 260, 96});
+  causal_with_left.causal = true;
+  causal_with_left.window_left = 40;
+  expect_passes_on_cuda(causal_with_left);
+}
+
+TEST_P(CudaBackward, Alibi) {
+  for (bool per_batch : {false, true}) {
+    for (bool causal : {false, true}) {
+      Problem p = problem({2, 4, 2, 120, 170, 64});
+      p.alibi = true;
+      p.alibi_per_batch = per_batch;
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+TEST_P(CudaBackward, Softcap) {
+  for (int d : {64, 128}) {
+    Problem p = problem({2, 2, 1, 143, 143, d});
+    p.causal = d == 64;
+    p.softcap = 30.f;
+    p.input_scale = 3.f;
+    expect_passes_on_cuda(p);
+  }
+  Problem wide = problem({1, 2, 1, 120, 100, 256});
+  wide.softcap = 30.f;
+  wide.causal = true;
+  wide.input_scale = 3.f;
+  expect_passes_on_cuda(wide);
+  Problem tight = problem({1, 2, 2, 100, 100, 64});
+  tight.softcap = 5.f;  // logits far beyond the cap: tanh' close to 0
+  tight.softmax_scale = 0.5f;
+  tight.input_scale = 3.f;
+  expect_passes_on_cuda(tight);
+  Problem with_alibi = problem({2, 2, 2, 170, 120, 128});
+  with_alibi.softcap = 20.f;
+  with_alibi.alibi = true;
+  with_alibi.alibi_per_batch = true;
+  with_alibi.causal = true;
+  expect_passes_on_cuda(with_alibi);
+}
+
+TEST_P(CudaBackward, ScaleAndExtremeLogits) {
+  Problem extreme = problem({1, 2, 2, 200, 200, 64});
+  extreme.input_scale = 6.f;
+  extreme.softmax_scale = 0.7f;
+  expect_passes_on_cuda(extreme);
+  Problem uniform = problem({2, 2, 1, 133, 211, 128});
+  uniform.distribution = fa_test::Distribution::kUniform;
+  uniform.causal = true;
+  expect_passes_on_cuda(uniform);
+}
+
+// dk/dv sum the query heads of each KV head.
+TEST_P(CudaBackward, GqaAndMqa) {
+  for (int nheads_k : {1, 2, 8}) {
+    for (bool causal : {false, true}) {
+      Problem p = problem({2, 8, nheads_k, 97, 131, 64});
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+  expect_passes_on_cuda(problem({1, 6, 3, 64, 64, 128}));
+  expect_passes_on_cuda(problem({1, 4, 1, 70, 90, 256}));  // two column slices per key block
+}
+
+TEST_P(CudaBackward, VarlenWithEmptySequencesAndSequsedK) {
+  for (bool causal : {false, true}) {
+    Problem p = varlen(4, 2, 64, {1, 17, 0, 127, 200, 5}, {5, 40, 17, 127, 150, 0});
+    p.causal = causal;
+    expect_passes_on_cuda(p);
+    p.seqused_k = {3, 40, 0, 100, 101, 0};
+    expect_passes_on_cuda(p);
+    p.seqused_k.clear();
+    p.causal = false;
+    p.window_left = 20;
+    p.window_right = causal ? 0 : 7;
+    expect_passes_on_cuda(p);
+  }
+  Problem features = varlen(4, 1, 96, {50, 130, 7}, {60, 140, 30});
+  features.seqused_k = {60, 100, 0};
+  features.alibi = true;
+  features.alibi_per_batch = true;
+  features.softcap = 10.f;
+  features.window_left = 20;
+  features.window_right = 0;
+  expect_passes_on_cuda(features);
+}
+
+// q, k, v as slices of a packed qkv buffer and padded outputs and gradients.
+TEST_P(CudaBackward, StridedViews) {
+  for (bool causal : {false, true}) {
+    Problem dense = problem({2, 4, 2, 150, 120, 64});
+    dense.strided = true;
+    dense.causal = causal;
+    expect_passes_on_cuda(dense);
+  }
+  Problem packed = varlen(2, 2, 128, {40, 90}, {70, 90});
+  packed.strided = true;
+  packed.causal = true;
+  expect_passes_on_cuda(packed);
+}
+
+// deterministic = true: 20 runs give bitwise identical dq, dk, dv (many key blocks add into
+// each query block's dQ, so atomics in a racing order would differ in the last bits).
+TEST_P(CudaBackward, DeterministicIsBitwiseReproducible) {
+  for (bool causal : {false, true}) {
+    Problem p = problem({2, 4, 2, 700, 900, causal ? 64 : 256});
+    p.causal = causal;
+    const fa_test::Inputs inputs = fa_test::make_inputs(p);
+    fa_test::Outputs outputs = fa_test::make_outputs(p);
+    const fa_test::Runner runner = deterministic_runner();
+    ASSERT_TRUE(runner.forward(fa_test::forward_args(p, inputs, &outputs)).ok());
+    std::vector<std::vector<uint8_t>> first;
+    for (int run = 0; run < 20; ++run) {
+      fa_test::Outputs grads = outputs;
+      grads.dq.poison();
+      grads.dk.poison();
+      grads.dv.poison();
+      const flashattn::Status status = runner.backward(fa_test::backward_args(p, inputs, &grads));
+      ASSERT_TRUE(status.ok()) << status.message();
+      std::vector<std::vector<uint8_t>> bytes = {grads.dq.raw_bytes(), grads.dk.raw_bytes(),
+                                                 grads.dv.raw_bytes()};
+      ASSERT_FALSE(fa_test::has_nan(grads.dq) || fa_test::has_nan(grads.dk) ||
+                   fa_test::has_nan(grads.dv));
+      if (run == 0) {
+        first = std::move(bytes);
+      } else {
+        EXPECT_TRUE(bytes == first) << p.describe() << ": run " << run << " differs";
+      }
+    }
+  }
+}
+
+// The default problem (GQA, d = 64): the entry point runs it, through supported() too.
+TEST_P(CudaBackward, DefaultProblemRunsAndIsSupported) {
+  Problem p;
+  p.dtype = GetParam();
+  const fa_test::Inputs inputs = fa_test::make_inputs(p);
+  fa_test::Outputs outputs = fa_test::make_outputs(p);
+  const flashattn::Status status =
+      cuda_support_runner().backward(fa_test::backward_args(p, inputs, &outputs));
+  EXPECT_TRUE(status.ok()) << status.message();
+  expect_passes_on_cuda(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtype, CudaBackward, ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& param) {
+                           return std::string(flashattn::to_string(param.param));
+                         });
+
+}  // namespace
+}  // namespace fa_cuda_test
