@@ -1,15 +1,15 @@
 #include "cpu/backend.hpp"
 
-#include "cpu/reference.hpp"
+#include "cpu/tiled/tiled.hpp"
 
 namespace flashattn::cpu {
 
-const char* implementation() { return "reference"; }
+const char* implementation() { return "tiled"; }
 
-Status forward(const core::AttentionParams& params) { return reference_forward(params); }
-Status backward(const core::BackwardParams& params) { return reference_backward(params); }
+Status forward(const core::AttentionParams& params) { return tiled::forward(params); }
+Status backward(const core::BackwardParams& params) { return tiled::backward(params); }
 Status forward_kvcache(const core::KVCacheParams& params) {
-  return reference_forward_kvcache(params);
+  return tiled::forward_kvcache(params);
 }
 
 }  // namespace flashattn::cpu

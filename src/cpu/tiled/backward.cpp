@@ -1,0 +1,51 @@
+// The backward driver: the dK/dV pass (one task per key block, sequence and KV head) and
+// the dQ pass (one task per query block, sequence and head). Each output row is written
+// by exactly one task, so the result is the same run to run whatever the schedule.
+#include <omp.h>
+
+#include "cpu/tiled/kernel_set.hpp"
+#include "cpu/tiled/sequence.hpp"
+#include "cpu/tiled/thread_scratch.hpp"
+#include "cpu/tiled/tiled.hpp"
+
+namespace flashattn::cpu::tiled {
+
+Status backward(const core::BackwardParams& params) {
+  const KernelSet& kernels = selected_kernels();
+  ThreadScratch scratch;
+  Status status = scratch.allocate(kernels.backward_scratch_floats(params));
+  if (!status.ok()) return status;
+
+  const int k_blocks =
+      (longest_key_sequence(params) + kernels.backward_keys - 1) / kernels.backward_keys;
+  const int64_t kv_heads = static_cast<int64_t>(params.batch) * params.nheads_k;
+  const int64_t kv_tasks = kv_heads * k_blocks;
+  const int q_blocks =
+      (longest_query_sequence(params) + kernels.backward_rows - 1) / kernels.backward_rows;
+  const int64_t heads = static_cast<int64_t>(params.batch) * params.nheads;
+  const int64_t q_tasks = heads * q_blocks;
+#pragma omp parallel
+  {
+    float* tiles = scratch.slice(omp_get_thread_num());
+    // Head by head, so the threads share one head's inputs in cache; within a head the
+    // long tasks go first (with a causal mask the first key blocks are seen by the most
+    // queries, and the last query blocks see the most keys).
+#pragma omp for schedule(dynamic, 1) nowait  // the dQ pass reads nothing the dK/dV pass writes
+    for (int64_t task = 0; task < kv_tasks; ++task) {
+      const int64_t head = task / k_blocks;
+      const int k_block = static_cast<int>(task % k_blocks);
+      kernels.backward_dkdv_block(params, static_cast<int>(head / params.nheads_k),
+                                  static_cast<int>(head % params.nheads_k), k_block, tiles);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < q_tasks; ++task) {
+      const int64_t head = task / q_blocks;
+      const int q_block = q_blocks - 1 - static_cast<int>(task % q_blocks);
+      kernels.backward_dq_block(params, static_cast<int>(head / params.nheads),
+                                static_cast<int>(head % params.nheads), q_block, tiles);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace flashattn::cpu::tiled

@@ -1,0 +1,228 @@
+// The FlashAttention-2 backward on the CPU, in two passes so that no output is shared
+// between threads (always deterministic, no atomics):
+//   dK/dV pass, one task per (sequence, KV head, key block): for each query head of the
+//     group and each query block that sees the keys, recompute P from the saved lse,
+//     dP = dO V^T, dS = P * (dP - D), then dV += P^T dO and dK += dS^T Q;
+//   dQ pass, one task per (sequence, head, query block): the same P and dS, then
+//     dQ += dS K.
+// D = rowsum(dO * O) is recomputed per query block, so memory stays a few tiles per
+// thread. Score tiles are key-major (see scores.hpp).
+#pragma once
+
+#include "cpu/tiled/gemm.hpp"
+#include "cpu/tiled/scores.hpp"
+#include "cpu/tiled/tile_config.hpp"
+#include "cpu/tiled/tile_io.hpp"
+
+namespace flashattn::cpu::tiled::FA_TILED_ISA {
+
+struct BackwardTiles {
+  int d, dv, d_pad, dv_pad;
+  float* q_rows;    // [kBlockQ][d_pad]
+  float* qt;        // [d][kBlockQ]
+  float* do_rows;   // [kBlockQ][dv_pad]
+  float* dot;       // [dv][kBlockQ]: dO^T
+  float* k;         // [kBlockK][d_pad]
+  float* v;         // [kBlockK][dv_pad]
+  float* p;         // [kBlockK][kBlockQ]: scores, then P
+  float* ds;        // [kBlockK][kBlockQ]: dP, then dS (softmax scale included)
+  float* pz;        // [kBlockK][kBlockQ]: dropout factors Z, then P * Z
+  float* cap_grad;  // [kBlockK][kBlockQ]: 1 - tanh^2 of the softcap
+  float* dq;        // [kBlockQ][d_pad]
+  float* dk;        // [kBlockK][d_pad]
+  float* dv_acc;    // [kBlockK][dv_pad]
+  float* lse;       // [kBlockQ]: lse, +inf for rows without keys and padding
+  float* delta;     // [kBlockQ]: D = rowsum(dO * O)
+  float* out_row;   // [dv_pad]
+  size_t floats;
+
+  BackwardTiles(float* base, int head_dim, int head_dim_v)
+      : d(head_dim), dv(head_dim_v), d_pad(round_up_lanes(d)), dv_pad(round_up_lanes(dv)) {
+    Carver carve(base);
+    const size_t score_tile = static_cast<size_t>(kBlockK) * kBlockQ;
+    q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
+    qt = carve.take(static_cast<size_t>(d) * kBlockQ);
+    do_rows = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
+    dot = carve.take(static_cast<size_t>(dv) * kBlockQ);
+    k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+    v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    p = carve.take(score_tile);
+    ds = carve.take(score_tile);
+    pz = carve.take(score_tile);
+    cap_grad = carve.take(score_tile);
+    dq = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
+    dk = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+    dv_acc = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    lse = carve.take(kBlockQ);
+    delta = carve.take(kBlockQ);
+    out_row = carve.take(dv_pad);
+    floats = carve.used();
+  }
+};
+
+// Loads query rows [row0, row0 + rows) of head h: Q, scale * Q^T (so the score tiles
+// come out scaled), dO and dO^T, the saved lse and D = rowsum(dO * O).
+template <ElementType Type>
+void load_query_block(const core::BackwardParams& params, const SequenceRows& seq, int h,
+                      int row0, int rows, float rule_scale, const BackwardTiles& t) {
+  using Element = Storage<Type>;
+  const auto rows_of = [&](const core::Operand& op) {
+    const Element* base = static_cast<const Element*>(op.ptr) +
+                          element_offset(op, seq.batch, seq.q_row0 + row0, h);
+    return [base, &op](int r) { return base + r * op.row_stride; };
+  };
+  const int cols = round_up_lanes(rows);
+  pack_rows<Type>(rows_of(params.q), rows, t.d, t.d_pad, t.q_rows, t.d_pad);
+  transpose(t.q_rows, t.d_pad, rows, t.d, cols, t.qt, kBlockQ, rule_scale);
+  pack_rows<Type>(rows_of(params.dout), rows, t.dv, t.dv_pad, t.do_rows, t.dv_pad);
+  transpose(t.do_rows, t.dv_pad, rows, t.dv, cols, t.dot, kBlockQ);
+
+  const auto out_row = rows_of(params.out);
+  for (int i = 0; i < rows; ++i) {
+    const float saved = params.lse[lse_offset(params, seq, h, row0 + i)];
+    t.lse[i] = saved == -INFINITY ? INFINITY : saved;
+    to_float<Type>(out_row(i), t.out_row, t.dv);
+    // The same arithmetic as the GEMM that makes dP (one fused multiply-add per element,
+    // in order), so dP - D is exactly 0 where P is one-hot and out = v.
+    const float* dout = t.do_rows + i * t.dv_pad;
+    float sum = 0.f;
+    for (int c = 0; c < t.dv; ++c) sum = fma_scalar(dout[c], t.out_row[c], sum);
+    t.delta[i] = sum;
+  }
+  for (int i = rows; i < cols; ++i) {
+    t.lse[i] = INFINITY;
+    t.delta[i] = 0.f;
+  }
+}
+
+// From raw tiles t.p = K Q^T and t.ds = V dO^T of keys [key0, key0 + keys) and the loaded
+// query block: t.p becomes P, t.ds becomes scale * dS (softcap's chain rule included).
+// Returns the tile dV needs: P, or P * Z with dropout.
+inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, int key0,
+                                   int keys, const BackwardTiles& t) {
+  const int cols = round_up_lanes(rows);
+  const bool softcap = rule.softcap > 0.f;
+  finish_scores(rule, TileColumns::consecutive(row0, rows), cols, key0, keys, t.p, kBlockQ,
+                softcap ? t.cap_grad : nullptr);
+  probabilities_from_lse(t.p, kBlockQ, keys, cols, t.lse);
+  if (rule.dropout) {
+    dropout_factors(rule, row0, rows, cols, key0, keys, t.pz, kBlockQ);
+    multiply_tile(t.ds, t.pz, kBlockQ, keys, cols);  // dP of the dropped-out P
+    multiply_tile(t.pz, t.p, kBlockQ, keys, cols);
+  }
+  const VecF scale = splat(rule.scale);
+  for (int j = 0; j < keys; ++j) {
+    float* ds = t.ds + j * kBlockQ;
+    const float* p = t.p + j * kBlockQ;
+    for (int c = 0; c < cols; c += kLanes) {
+      VecF grad = load(p + c) * (load(ds + c) - load(t.delta + c));
+      if (softcap) grad = grad * load(t.cap_grad + j * kBlockQ + c);
+      store(ds + c, grad * scale);
+    }
+  }
+  return rule.dropout ? t.pz : t.p;
+}
+
+template <ElementType Type>
+void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_block,
+                       float* scratch) {
+  using Element = Storage<Type>;
+  const SequenceRows seq = sequence_rows(params, b);
+  const int row0 = q_block * kBlockQ;
+  if (row0 >= seq.seqlen_q) return;
+  const int rows = std::min(kBlockQ, seq.seqlen_q - row0);
+  const int cols = round_up_lanes(rows);
+  const int hk = h / (params.nheads / params.nheads_k);
+  const BackwardTiles t(scratch, params.head_dim, params.head_dim_v);
+  const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+  load_query_block<Type>(params, seq, h, row0, rows, rule.scale, t);
+  zero(t.dq, static_cast<size_t>(rows) * t.d_pad);
+
+  const Element* k = static_cast<const Element*>(params.k.ptr) +
+                     element_offset(params.k, seq.batch, seq.k_row0, hk);
+  const Element* v = static_cast<const Element*>(params.v.ptr) +
+                     element_offset(params.v, seq.batch, seq.k_row0, hk);
+  const core::KeyRange range = rule.keys_of_rows(row0, rows);
+  // Tiles at multiples of kBlockK, as in the forward.
+  for (int key0 = range.begin / kBlockK * kBlockK; key0 < range.end; key0 += kBlockK) {
+    const int keys = std::min(kBlockK, range.end - key0);
+    pack_rows<Type>([&](int j) { return k + (key0 + j) * params.k.row_stride; }, keys, t.d,
+                    t.d_pad, t.k, t.d_pad);
+    pack_rows<Type>([&](int j) { return v + (key0 + j) * params.v.row_stride; }, keys, t.dv,
+                    t.dv, t.v, t.dv_pad);
+    gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, t.qt, kBlockQ, t.p, kBlockQ,
+                             false);
+    gemm<ALayout::kRowMajor>(keys, cols, t.dv, t.v, t.dv_pad, t.dot, kBlockQ, t.ds, kBlockQ,
+                             false);
+    tile_gradients(rule, row0, rows, key0, keys, t);
+    // dQ += dS K: dS is the transpose of the key-major tile (column-major A).
+    gemm<ALayout::kColMajor>(rows, t.d_pad, keys, t.ds, kBlockQ, t.k, t.d_pad, t.dq, t.d_pad,
+                             true);
+  }
+
+  Element* dq = static_cast<Element*>(params.dq.ptr) +
+                element_offset(params.dq, seq.batch, seq.q_row0 + row0, h);
+  store_rows<Type>(t.dq, t.d_pad, rows, t.d, nullptr,
+                   [&](int r) { return dq + r * params.dq.row_stride; });
+}
+
+template <ElementType Type>
+void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int k_block,
+                         float* scratch) {
+  using Element = Storage<Type>;
+  const SequenceRows seq = sequence_rows(params, b);
+  const int key0 = k_block * kBlockK;
+  if (key0 >= seq.rows_k) return;
+  const int keys = std::min(kBlockK, seq.rows_k - key0);
+  // Keys past seqused_k are rows of the sequence nobody attends: their gradient is 0.
+  const int live = std::clamp(seq.seqlen_k - key0, 0, keys);
+  const BackwardTiles t(scratch, params.head_dim, params.head_dim_v);
+  zero(t.dk, static_cast<size_t>(keys) * t.d_pad);
+  zero(t.dv_acc, static_cast<size_t>(keys) * t.dv_pad);
+
+  if (live > 0) {
+    const Element* k = static_cast<const Element*>(params.k.ptr) +
+                       element_offset(params.k, seq.batch, seq.k_row0 + key0, hk);
+    const Element* v = static_cast<const Element*>(params.v.ptr) +
+                       element_offset(params.v, seq.batch, seq.k_row0 + key0, hk);
+    pack_rows<Type>([&](int j) { return k + j * params.k.row_stride; }, live, t.d, t.d, t.k,
+                    t.d_pad);
+    pack_rows<Type>([&](int j) { return v + j * params.v.row_stride; }, live, t.dv, t.dv,
+                    t.v, t.dv_pad);
+    const int group = params.nheads / params.nheads_k;
+    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+      const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+      const core::KeyRange queries = rule.rows_of_keys(key0, live);
+      // Query blocks at multiples of kBlockQ, whatever the key block.
+      for (int row0 = queries.begin / kBlockQ * kBlockQ; row0 < queries.end; row0 += kBlockQ) {
+        const int rows = std::min(kBlockQ, queries.end - row0);
+        const int cols = round_up_lanes(rows);
+        load_query_block<Type>(params, seq, h, row0, rows, rule.scale, t);
+        gemm<ALayout::kRowMajor>(live, cols, t.d, t.k, t.d_pad, t.qt, kBlockQ, t.p, kBlockQ,
+                                 false);
+        gemm<ALayout::kRowMajor>(live, cols, t.dv, t.v, t.dv_pad, t.dot, kBlockQ, t.ds,
+                                 kBlockQ, false);
+        const float* p_for_dv = tile_gradients(rule, row0, rows, key0, live, t);
+        // The key-major tiles are P^T and dS^T already: row-major A, depth = query rows.
+        gemm<ALayout::kRowMajor>(live, t.dv_pad, rows, p_for_dv, kBlockQ, t.do_rows, t.dv_pad,
+                                 t.dv_acc, t.dv_pad, true);
+        gemm<ALayout::kRowMajor>(live, t.d_pad, rows, t.ds, kBlockQ, t.q_rows, t.d_pad, t.dk,
+                                 t.d_pad, true);
+      }
+    }
+  }
+
+  const auto rows_of = [&](const core::Operand& op) {
+    Element* base = static_cast<Element*>(op.ptr) +
+                    element_offset(op, seq.batch, seq.k_row0 + key0, hk);
+    return [base, &op](int r) { return base + r * op.row_stride; };
+  };
+  store_rows<Type>(t.dk, t.d_pad, keys, t.d, nullptr, rows_of(params.dk));
+  store_rows<Type>(t.dv_acc, t.dv_pad, keys, t.dv, nullptr, rows_of(params.dv));
+}
+
+inline size_t backward_scratch_floats(const core::BackwardParams& params) {
+  return BackwardTiles(nullptr, params.head_dim, params.head_dim_v).floats;
+}
+
+}  // namespace flashattn::cpu::tiled::FA_TILED_ISA

@@ -1,0 +1,226 @@
+// The FlashAttention-2 forward on the CPU: for a few blocks of query rows, Q^T is packed
+// once; every visible key block is converted into fp32 tiles (once for all the query
+// blocks of the task), scored (S^T = K Q^T), folded into the online softmax and
+// accumulated (O += P V); then O is normalized and written with the lse. Fully masked
+// key blocks are never visited; per-thread memory is a handful of tiles, whatever the
+// sequence length.
+#pragma once
+
+#include "cpu/tiled/gemm.hpp"
+#include "cpu/tiled/scores.hpp"
+#include "cpu/tiled/tile_config.hpp"
+#include "cpu/tiled/tile_io.hpp"
+
+namespace flashattn::cpu::tiled::FA_TILED_ISA {
+
+// One block of query columns of a task and its running state: scale * Q^T (so the score
+// tiles come out scaled), the unnormalized output and the online-softmax state of every
+// column. A column is a query row of a head; `columns` says which rows (and ALiBi
+// slopes) when they are not consecutive rows of one head.
+struct QueryBlock {
+  TileColumns columns;    // count == 0: the block is unused
+  core::KeyRange keys{};  // keys it attends
+  float* qt = nullptr;    // [d][kBlockQ]
+  float* o = nullptr;     // [kBlockQ][dv_pad]
+  float* factors = nullptr;  // [kBlockQ]
+  int32_t column_row[kBlockQ];  // storage behind columns.row / .slope when used
+  float column_slope[kBlockQ];
+  core::SoftmaxRow states[kBlockQ];
+
+  int count() const { return columns.count; }
+  bool sees(int key0, int keys_in_tile) const {
+    return count() > 0 && keys.begin < key0 + keys_in_tile && key0 < keys.end;
+  }
+};
+
+// The per-thread tiles of the forward and KV-cache kernels: kGroupQ query blocks share
+// each K/V tile, so the keys are read from memory once per kGroupQ * kBlockQ rows. Score
+// tiles are key-major with kBlockQ columns.
+struct ForwardTiles {
+  int d, dv, d_pad, dv_pad;
+  float* q_rows;   // [kBlockQ][d_pad]: a query block before its transpose
+  float* k;        // [kBlockK][d_pad]
+  float* v;        // [kBlockK][dv_pad]
+  float* s;        // [kBlockK][kBlockQ]: scores, then probabilities
+  float* z;        // [kBlockK][kBlockQ]: dropout factors
+  float* qt[kGroupQ];
+  float* o[kGroupQ];
+  float* factors[kGroupQ];
+  size_t floats;
+
+  ForwardTiles(float* base, int head_dim, int head_dim_v)
+      : d(head_dim), dv(head_dim_v), d_pad(round_up_lanes(d)), dv_pad(round_up_lanes(dv)) {
+    Carver carve(base);
+    q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
+    k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+    v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    s = carve.take(static_cast<size_t>(kBlockK) * kBlockQ);
+    z = carve.take(static_cast<size_t>(kBlockK) * kBlockQ);
+    for (int g = 0; g < kGroupQ; ++g) {
+      qt[g] = carve.take(static_cast<size_t>(d) * kBlockQ);
+      o[g] = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
+      factors[g] = carve.take(kBlockQ);
+    }
+    floats = carve.used();
+  }
+};
+
+// Scores one K/V tile against one query block and folds it into the block's output.
+inline void attend_tile(const ScoreRule& rule, int key0, int keys, const ForwardTiles& t,
+                        QueryBlock* block) {
+  const int count = block->count(), cols = round_up_lanes(count);
+  gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, block->qt, kBlockQ, t.s, kBlockQ,
+                           false);
+  finish_scores(rule, block->columns, cols, key0, keys, t.s, kBlockQ, nullptr);
+  softmax_update(t.s, kBlockQ, keys, cols, block->states, block->factors);
+  scale_rows(block->o, t.dv_pad, count, t.dv_pad, block->factors);
+  if (rule.dropout) {  // training only: consecutive rows of one head
+    dropout_factors(rule, block->columns.row_min, count, cols, key0, keys, t.z, kBlockQ);
+    multiply_tile(t.s, t.z, kBlockQ, keys, cols);
+  }
+  // P is the transpose of the key-major tile: column-major A, read in place.
+  gemm<ALayout::kColMajor>(count, t.dv_pad, keys, t.s, kBlockQ, t.v, t.dv_pad, block->o,
+                           t.dv_pad, true);
+}
+
+// The first tile of a key range: tiles start at multiples of kBlockK, so a row meets the
+// same tiles (and the same rounding) whatever the grouping of rows into tasks, the
+// thread count or the split-KV count.
+inline int first_tile(int key_begin) { return key_begin / kBlockK * kBlockK; }
+
+// Attends the query blocks over the keys [key_begin, key_end) (each block only over the
+// tiles it sees): the FlashAttention-2 loop.
+template <ElementType Type, typename KeyRow, typename ValueRow>
+void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_row,
+                 ValueRow value_row, const ForwardTiles& t, QueryBlock* blocks) {
+  // With few query columns (decoding) a tile takes less time to score than to load, and
+  // its rows (a head apart in memory) defeat the hardware prefetchers: ask for the next
+  // tile while this one is scored. With many columns it would only compete with the
+  // computation for the cache.
+  int columns = 0;
+  for (int g = 0; g < kGroupQ; ++g) columns += blocks[g].count();
+  const bool prefetch = columns <= kPrefetchBelowColumns;
+  for (int key0 = first_tile(key_begin); key0 < key_end; key0 += kBlockK) {
+    const int keys = std::min(kBlockK, key_end - key0);
+    pack_rows<Type>([&](int j) { return key_row(key0 + j); }, keys, t.d, t.d, t.k, t.d_pad);
+    pack_rows<Type>([&](int j) { return value_row(key0 + j); }, keys, t.dv, t.dv_pad, t.v,
+                    t.dv_pad);
+    const int next0 = key0 + kBlockK;
+    if (prefetch && next0 < key_end) {
+      const int next_keys = std::min(kBlockK, key_end - next0);
+      prefetch_rows<Type>([&](int j) { return key_row(next0 + j); }, next_keys, t.d);
+      prefetch_rows<Type>([&](int j) { return value_row(next0 + j); }, next_keys, t.dv);
+    }
+    for (int g = 0; g < kGroupQ; ++g) {
+      if (blocks[g].sees(key0, keys)) attend_tile(rule, key0, keys, t, &blocks[g]);
+    }
+  }
+}
+
+// Packs column c of a block (query_row(c) points at its input row) as scale * Q^T,
+// after prepare(c, row) (rotary, for the KV cache), and resets the block's output and
+// softmax state.
+template <ElementType Type, typename QueryRow, typename PrepareRow>
+void start_block(const ScoreRule& rule, QueryRow query_row, PrepareRow prepare,
+                 const ForwardTiles& t, QueryBlock* block) {
+  const int count = block->count();
+  pack_rows<Type>(query_row, count, t.d, t.d, t.q_rows, t.d_pad);
+  for (int c = 0; c < count; ++c) prepare(c, t.q_rows + c * t.d_pad);
+  transpose(t.q_rows, t.d_pad, count, t.d, round_up_lanes(count), block->qt, kBlockQ,
+            rule.scale);
+  zero(block->o, static_cast<size_t>(count) * t.dv_pad);
+  for (core::SoftmaxRow& state : block->states) state = core::SoftmaxRow{};
+}
+
+// Points block g at its tiles and gives it no columns yet.
+inline void reset_blocks(const ForwardTiles& t, QueryBlock* blocks) {
+  for (int g = 0; g < kGroupQ; ++g) {
+    blocks[g].columns = TileColumns{};
+    blocks[g].keys = {0, 0};
+    blocks[g].qt = t.qt[g];
+    blocks[g].o = t.o[g];
+    blocks[g].factors = t.factors[g];
+  }
+}
+
+// The keys the blocks see, restricted to [key_begin, key_end), recorded in each block;
+// returns their union.
+inline core::KeyRange restrict_keys(const ScoreRule& rule, int key_begin, int key_end,
+                                    QueryBlock* blocks) {
+  core::KeyRange all{key_end, key_begin};
+  for (int g = 0; g < kGroupQ; ++g) {
+    QueryBlock& block = blocks[g];
+    if (block.count() == 0) continue;
+    const TileColumns& c = block.columns;
+    const core::KeyRange visible = rule.keys_of_rows(c.row_min, c.row_max - c.row_min + 1);
+    block.keys = {std::max(visible.begin, key_begin), std::min(visible.end, key_end)};
+    all = {std::min(all.begin, block.keys.begin), std::max(all.end, block.keys.end)};
+  }
+  return all.begin < all.end ? all : core::KeyRange{key_begin, key_begin};
+}
+
+// Columns of one query block: out = O / rowsum (0 for a row that saw no key) through
+// out_row(c) and lse = max + log(sum) (-inf then) through lse_row(c) (null: not wanted).
+template <ElementType Type, typename OutRow, typename LseRow>
+void finish_block(const ForwardTiles& t, const QueryBlock& block, OutRow out_row,
+                  LseRow lse_row) {
+  const int count = block.count();
+  for (int c = 0; c < count; ++c) block.factors[c] = block.states[c].inverse_sum();
+  store_rows<Type>(block.o, t.dv_pad, count, t.dv, block.factors, out_row);
+  for (int c = 0; c < count; ++c) {
+    float* lse = lse_row(c);
+    if (lse != nullptr) *lse = block.states[c].lse();
+  }
+}
+
+template <ElementType Type>
+void forward_block(const core::AttentionParams& params, int b, int h, int row0, int rows,
+                   float* scratch) {
+  using Element = Storage<Type>;
+  const SequenceRows seq = sequence_rows(params, b);
+  if (row0 >= seq.seqlen_q) return;
+  const int row_end = std::min(seq.seqlen_q, row0 + rows);
+  const int hk = h / (params.nheads / params.nheads_k);
+  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v);
+  const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+
+  // Block g: rows row0 + g * kBlockQ .. of this head.
+  const Element* q = static_cast<const Element*>(params.q.ptr) +
+                     element_offset(params.q, seq.batch, seq.q_row0, h);
+  QueryBlock blocks[kGroupQ];
+  reset_blocks(t, blocks);
+  for (int g = 0; g < kGroupQ; ++g) {
+    const int first = row0 + g * kBlockQ;
+    if (first >= row_end) break;
+    blocks[g].columns = TileColumns::consecutive(first, std::min(kBlockQ, row_end - first));
+    start_block<Type>(
+        rule, [&](int c) { return q + (first + c) * params.q.row_stride; },
+        [](int, float*) {}, t, &blocks[g]);
+  }
+  const core::KeyRange keys = restrict_keys(rule, 0, seq.seqlen_k, blocks);
+
+  const Element* k = static_cast<const Element*>(params.k.ptr) +
+                     element_offset(params.k, seq.batch, seq.k_row0, hk);
+  const Element* v = static_cast<const Element*>(params.v.ptr) +
+                     element_offset(params.v, seq.batch, seq.k_row0, hk);
+  attend_keys<Type>(
+      rule, keys.begin, keys.end, [&](int j) { return k + j * params.k.row_stride; },
+      [&](int j) { return v + j * params.v.row_stride; }, t, blocks);
+
+  Element* out = static_cast<Element*>(params.out.ptr) +
+                 element_offset(params.out, seq.batch, seq.q_row0, h);
+  float* lse = params.lse != nullptr ? params.lse + lse_offset(params, seq, h, 0) : nullptr;
+  for (const QueryBlock& block : blocks) {
+    if (block.count() == 0) continue;
+    const int first = block.columns.row_min;
+    finish_block<Type>(
+        t, block, [&](int c) { return out + (first + c) * params.out.row_stride; },
+        [&](int c) { return lse != nullptr ? lse + first + c : nullptr; });
+  }
+}
+
+inline size_t forward_scratch_floats(const core::AttentionParams& params) {
+  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v).floats;
+}
+
+}  // namespace flashattn::cpu::tiled::FA_TILED_ISA
