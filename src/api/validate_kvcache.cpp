@@ -229,8 +229,7 @@ Status check_contents(const KVCacheArgs& a, const Sizes& s, const Cache& c) {
   return Status::Ok();
 }
 
-void fill_kvcache(const KVCacheArgs& a, const Sizes& s, const Cache& c, const Target& target,
-                  core::KVCacheParams* p) {
+void fill_kvcache(const KVCacheArgs& a, const Sizes& s, const Cache& c, core::KVCacheParams* p) {
   fill_common(a.q, a.out, a.lse, s, p);
   p->k = operand_of(a.k_cache);
   p->v = operand_of(a.v_cache);
@@ -258,9 +257,9 @@ void fill_kvcache(const KVCacheArgs& a, const Sizes& s, const Cache& c, const Ta
     p->rotary_seqlen = static_cast<int>(c.rotary_rows);
     p->rotary_interleaved = a.rotary_interleaved;
   }
-  // The CPU backends take the split count literally; the CUDA backend resolves 0 itself
-  // from the device's SM count (see KVCacheParams::num_splits).
-  p->num_splits = a.num_splits == 0 && target.backend != Backend::kCuda ? 1 : a.num_splits;
+  // 0 reaches the backend, which picks the split count from what it knows (threads or
+  // SMs); see KVCacheParams::num_splits.
+  p->num_splits = a.num_splits;
 }
 
 }  // namespace
@@ -287,7 +286,7 @@ Status validate_kvcache(const KVCacheArgs& a, const Target& target, core::KVCach
   FA_RETURN_IF_ERROR(check_contents(a, s, c));
   FA_RETURN_IF_ERROR(check_backend_support(a.q.dtype, s, target, "v_cache"));
   *params = core::KVCacheParams{};
-  fill_kvcache(a, s, c, target, params);
+  fill_kvcache(a, s, c, params);
   return Status::Ok();
 }
 

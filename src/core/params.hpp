@@ -98,8 +98,8 @@ struct KVCacheParams : AttentionParams {
   int rotary_seqlen = 0;
   bool rotary_interleaved = false;
 
-  // CPU backends: resolved, >= 1. CUDA: 0 is passed through and the CUDA backend picks
-  // the split count itself (it knows the SM count).
+  // 1: no split; n: n splits; 0: the backend picks from its thread or SM count. The
+  // reference ignores it (splitting does not change the result beyond rounding).
   int num_splits = 1;
   void* workspace = nullptr;
   uint64_t workspace_bytes = 0;

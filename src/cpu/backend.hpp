@@ -1,5 +1,5 @@
-// The CPU backend behind Backend::kCpu (and kAuto for host tensors). Until the tiled
-// FlashAttention-2 CPU kernels land it runs the reference, and implementation() says so.
+// The CPU backend behind Backend::kCpu (and kAuto for host tensors): the tiled
+// FlashAttention-2 kernels of src/cpu/tiled.
 #pragma once
 
 #include "core/params.hpp"
@@ -7,7 +7,7 @@
 
 namespace flashattn::cpu {
 
-const char* implementation();  // "reference" or "tiled"
+const char* implementation();  // "tiled"
 
 Status forward(const core::AttentionParams& params);
 Status backward(const core::BackwardParams& params);
