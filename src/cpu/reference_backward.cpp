@@ -14,10 +14,10 @@ namespace {
 using namespace reference_detail;
 
 template <typename Real>
-std::vector<Real> load_lse(const core::AttentionParams& params, const SequenceSpan& span,
+std::vector<Real> load_lse(const core::AttentionParams& params, const core::SequenceRows& span,
                            int head) {
   std::vector<Real> lse(static_cast<size_t>(span.seqlen_q));
-  for (int i = 0; i < span.seqlen_q; ++i) lse[i] = params.lse[lse_index(params, span, head, i)];
+  for (int i = 0; i < span.seqlen_q; ++i) lse[i] = params.lse[core::lse_offset(params, span, head, i)];
   return lse;
 }
 
@@ -30,7 +30,7 @@ void backward_all(const core::BackwardParams& params) {
   for (int64_t task = 0; task < tasks; ++task) {
     const int b = static_cast<int>(task / params.nheads_k);
     const int hk = static_cast<int>(task % params.nheads_k);
-    const SequenceSpan span = sequence_span(params, b);
+    const core::SequenceRows span = core::sequence_rows(params, b);
 
     // Every row of the sequence, so keys past seqused_k get their zero gradient.
     const Matrix<Real> k = gather_head<Real>(params.k, type, span.batch, span.k_row0,

@@ -19,7 +19,7 @@ void forward_all(const core::AttentionParams& params) {
   for (int64_t task = 0; task < tasks; ++task) {
     const int b = static_cast<int>(task / params.nheads);
     const int h = static_cast<int>(task % params.nheads);
-    const SequenceSpan span = sequence_span(params, b);
+    const core::SequenceRows span = core::sequence_rows(params, b);
     const HeadRule rule = make_head_rule(params, b, h, span.seqlen_q, span.seqlen_k);
 
     const Matrix<Real> q = gather_head<Real>(params.q, params.dtype, span.batch, span.q_row0,

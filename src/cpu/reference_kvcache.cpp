@@ -21,10 +21,10 @@ int64_t cache_offset(const core::KVCacheParams& params, const core::Operand& cac
   if (params.is_paged()) {
     const int64_t page =
         params.block_table[b * params.block_table_batch_stride + position / params.page_size];
-    return element_offset(cache, page, position % params.page_size, head);
+    return core::element_offset(cache, page, position % params.page_size, head);
   }
   const int64_t row = params.cache_batch_idx != nullptr ? params.cache_batch_idx[b] : b;
-  return element_offset(cache, row, position, head);
+  return core::element_offset(cache, row, position, head);
 }
 
 int appended_rows(const core::KVCacheParams& params) {
@@ -55,7 +55,7 @@ void append_new_keys(const core::KVCacheParams& params) {
   for (int b = 0; b < params.batch; ++b) {
     for (int hk = 0; hk < params.nheads_k; ++hk) {
       const auto new_row = [&](const core::Operand& op) {
-        return [&op, b, hk](int t) { return element_offset(op, b, t, hk); };
+        return [&op, b, hk](int t) { return core::element_offset(op, b, t, hk); };
       };
       const auto cache_row = [&](const core::Operand& cache) {
         return [&params, &cache, b, hk](int t) {
@@ -91,7 +91,7 @@ void attend_all(const core::KVCacheParams& params) {
     const int h = static_cast<int>(task % params.nheads);
     const int hk = h / group;
     const int leftpad = params.cache_leftpad != nullptr ? params.cache_leftpad[b] : 0;
-    SequenceSpan span;
+    core::SequenceRows span;
     span.batch = b;
     span.seqlen_q = params.seqlen_q;
     span.seqlen_k = params.cache_seqlens[b] + appended_rows(params) - leftpad;

@@ -10,37 +10,10 @@
 
 #include "core/numeric.hpp"
 #include "core/params.hpp"
+#include "core/sequence.hpp"
 #include "cpu/reference_math.hpp"
 
 namespace flashattn::cpu::reference_detail {
-
-// Sequence `b` of a dense or varlen call. Dense: rows 0.. of batch entry b. Varlen: rows
-// cu_seqlens[b].. with no batch stride.
-struct SequenceSpan {
-  int64_t batch = 0;  // multiplier of batch_stride (0 for varlen)
-  int64_t q_row0 = 0;
-  int64_t k_row0 = 0;
-  int seqlen_q = 0;
-  int seqlen_k = 0;  // keys attended: seqused_k[b] when given
-  int rows_k = 0;    // rows of k/v that belong to the sequence (>= seqlen_k)
-};
-
-inline SequenceSpan sequence_span(const core::AttentionParams& params, int b) {
-  SequenceSpan span;
-  if (params.is_varlen()) {
-    span.q_row0 = params.cu_seqlens_q[b];
-    span.k_row0 = params.cu_seqlens_k[b];
-    span.seqlen_q = params.cu_seqlens_q[b + 1] - params.cu_seqlens_q[b];
-    span.rows_k = params.cu_seqlens_k[b + 1] - params.cu_seqlens_k[b];
-  } else {
-    span.batch = b;
-    span.seqlen_q = params.seqlen_q;
-    span.rows_k = params.seqlen_k;
-  }
-  span.seqlen_k = params.seqused_k != nullptr ? params.seqused_k[b] : span.rows_k;
-  span.rows_k = std::max(span.rows_k, span.seqlen_k);
-  return span;
-}
 
 // OpenMP only pays off past some work; below it, waking threads on a busy machine costs
 // more than the whole call (the tests run thousands of tiny ones).
@@ -48,19 +21,6 @@ inline bool worth_threads(const core::AttentionParams& params) {
   const double work = double(params.batch) * params.nheads * params.seqlen_q * params.seqlen_k *
                       (params.head_dim + params.head_dim_v);
   return work > double(1 << 20);
-}
-
-inline int64_t element_offset(const core::Operand& op, int64_t batch, int64_t row,
-                              int64_t head) {
-  return batch * op.batch_stride + row * op.row_stride + head * op.head_stride;
-}
-
-// lse index of row `row` of head `head` in sequence `span` (dense [b, h, sq]; varlen
-// [h, total_q]).
-inline int64_t lse_index(const core::AttentionParams& params, const SequenceSpan& span,
-                         int head, int row) {
-  return span.batch * params.lse_batch_stride + head * params.lse_head_stride + span.q_row0 +
-         row;
 }
 
 // `rows` x `cols` elements; row r starts at element row_offset(r) of `base`.
@@ -93,22 +53,22 @@ template <typename Real>
 Matrix<Real> gather_head(const core::Operand& op, core::ElementType type, int64_t batch,
                          int64_t row0, int rows, int head, int cols) {
   return gather_rows<Real>(op.ptr, type, rows, cols, [&](int r) {
-    return element_offset(op, batch, row0 + r, head);
+    return core::element_offset(op, batch, row0 + r, head);
   });
 }
 
 template <typename Real>
 void scatter_head(const Matrix<Real>& m, const core::Operand& op, core::ElementType type,
                   int64_t batch, int64_t row0, int head) {
-  scatter_rows(m, op.ptr, type, [&](int r) { return element_offset(op, batch, row0 + r, head); });
+  scatter_rows(m, op.ptr, type, [&](int r) { return core::element_offset(op, batch, row0 + r, head); });
 }
 
 template <typename Real>
-void store_lse(const core::AttentionParams& params, const SequenceSpan& span, int head,
+void store_lse(const core::AttentionParams& params, const core::SequenceRows& span, int head,
                const std::vector<Real>& lse) {
   if (params.lse == nullptr) return;
   for (int i = 0; i < static_cast<int>(lse.size()); ++i) {
-    params.lse[lse_index(params, span, head, i)] = static_cast<float>(lse[i]);
+    params.lse[core::lse_offset(params, span, head, i)] = static_cast<float>(lse[i]);
   }
 }
 

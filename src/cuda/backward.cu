@@ -13,6 +13,7 @@
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/check.hpp"
+#include "cuda/operand_traits.hpp"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_prepost.cuh"
 
@@ -21,19 +22,6 @@ namespace {
 
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA backward: " + what);
-}
-
-template <class T>
-constexpr core::ElementType element_type_of();
-template <>
-constexpr core::ElementType element_type_of<__half>() { return core::ElementType::kF16; }
-template <>
-constexpr core::ElementType element_type_of<__nv_bfloat16>() { return core::ElementType::kBF16; }
-
-// The main kernel reads q, k, v and dout in place with 16-byte copies.
-bool aligned(const core::Operand& op, bool varlen) {
-  return reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 && op.row_stride % 8 == 0 &&
-         op.head_stride % 8 == 0 && (varlen || op.batch_stride % 8 == 0);
 }
 
 int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
@@ -89,8 +77,9 @@ Status plan_of(const core::BackwardParams& p, BwdPlan* plan) {
                        " nheads_k=" + std::to_string(p.nheads_k));
   }
   const bool varlen = p.is_varlen();
-  plan->padded = plan->head_dim != p.head_dim || !aligned(p.q, varlen) || !aligned(p.k, varlen) ||
-                 !aligned(p.v, varlen) || !aligned(p.dout, varlen);
+  const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
+  plan->padded = plan->head_dim != p.head_dim || !in_place(p.q) || !in_place(p.k) ||
+                 !in_place(p.v) || !in_place(p.dout);
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/check.hpp"
+#include "cuda/operand_traits.hpp"
 #include "cuda/forward_pad.hpp"
 #include "cuda/forward_plan.hpp"
 #include "cuda/forward_tuning.hpp"
@@ -17,19 +18,6 @@ namespace {
 
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA forward: " + what);
-}
-
-template <class T>
-constexpr core::ElementType element_type_of();
-template <>
-constexpr core::ElementType element_type_of<__half>() { return core::ElementType::kF16; }
-template <>
-constexpr core::ElementType element_type_of<__nv_bfloat16>() { return core::ElementType::kBF16; }
-
-// The kernels read 16-byte chunks: pointers 16-byte aligned, strides multiples of 8 elements.
-bool aligned(const core::Operand& op, bool varlen) {
-  return reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 && op.row_stride % 8 == 0 &&
-         op.head_stride % 8 == 0 && (varlen || op.batch_stride % 8 == 0);
 }
 
 // Dynamic shared memory of the compiled kernel for (dtype, head dim); 0 if none.
@@ -96,8 +84,9 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
                        std::to_string(device) + " has " + std::to_string(smem_optin));
   }
   const bool varlen = p.is_varlen();
-  plan->padded = plan->head_dim != p.head_dim || !aligned(p.q, varlen) ||
-                 !aligned(p.k, varlen) || !aligned(p.v, varlen) || !aligned(p.out, varlen);
+  const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
+  plan->padded = plan->head_dim != p.head_dim || !in_place(p.q) || !in_place(p.k) ||
+                 !in_place(p.v) || !in_place(p.out);
   plan->kernel = FwdKernel::kSm80;
   return Status::Ok();
 }

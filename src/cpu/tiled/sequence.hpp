@@ -1,6 +1,6 @@
-// Where the rows of one sequence live in the caller's strided tensors, which keys a
-// block of query rows can see and which query rows a block of keys is seen by. Shared by
-// the drivers and by every ISA build of the kernels (compiled for the baseline ISA).
+// Which keys a block of query rows can see and which query rows a block of keys is seen
+// by. Shared by the drivers and by every ISA build of the kernels (compiled for the
+// baseline ISA). Row addressing comes from core/sequence.hpp.
 #pragma once
 
 #include <algorithm>
@@ -9,50 +9,16 @@
 #include "core/mask.hpp"
 #include "core/numeric.hpp"
 #include "core/params.hpp"
+#include "core/sequence.hpp"
 
 namespace flashattn::cpu::tiled {
 
 constexpr int kMaxHeadDim = 256;  // SPEC.md: d and d_v in 1..256
 
-// Sequence `b` of a dense or varlen call: dense rows 0.. of batch entry b, varlen rows
-// cu_seqlens[b].. (no batch stride).
-struct SequenceRows {
-  int64_t batch = 0;  // multiplier of batch_stride (0 for varlen)
-  int64_t q_row0 = 0;
-  int64_t k_row0 = 0;
-  int seqlen_q = 0;
-  int seqlen_k = 0;  // keys attended: seqused_k[b] when given
-  int rows_k = 0;    // rows of k/v that belong to the sequence: their dk/dv are written
-};
-
-inline SequenceRows sequence_rows(const core::AttentionParams& params, int b) {
-  SequenceRows seq;
-  if (params.is_varlen()) {
-    seq.q_row0 = params.cu_seqlens_q[b];
-    seq.k_row0 = params.cu_seqlens_k[b];
-    seq.seqlen_q = params.cu_seqlens_q[b + 1] - params.cu_seqlens_q[b];
-    seq.rows_k = params.cu_seqlens_k[b + 1] - params.cu_seqlens_k[b];
-  } else {
-    seq.batch = b;
-    seq.seqlen_q = params.seqlen_q;
-    seq.rows_k = params.seqlen_k;
-  }
-  seq.seqlen_k = params.seqused_k != nullptr ? params.seqused_k[b] : seq.rows_k;
-  seq.rows_k = std::max(seq.rows_k, seq.seqlen_k);
-  return seq;
-}
-
-inline int64_t element_offset(const core::Operand& op, int64_t batch, int64_t row,
-                              int64_t head) {
-  return batch * op.batch_stride + row * op.row_stride + head * op.head_stride;
-}
-
-// Index of row `row` of head `head` in lse (dense [b, h, sq], varlen [h, total_q]).
-inline int64_t lse_offset(const core::AttentionParams& params, const SequenceRows& seq,
-                          int head, int row) {
-  return seq.batch * params.lse_batch_stride + head * params.lse_head_stride + seq.q_row0 +
-         row;
-}
+using core::element_offset;
+using core::lse_offset;
+using core::sequence_rows;
+using core::SequenceRows;
 
 // The longest query and key sequence of the call (varlen: from cu_seqlens, so a wrong
 // max_seqlen can never make a row go missing).
