@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "device_runner.hpp"
 #include "flashattn/flashattn.hpp"
@@ -46,5 +48,30 @@ inline fa_test::Problem dense_problem(flashattn::DType dtype, const Shape& s, ui
 inline void expect_passes(const fa_test::CheckResult& result) {
   EXPECT_TRUE(result.passed()) << result.summary();
 }
+
+// A suite parametrized by dtype that draws a fresh problem (new seed) on every call.
+// `seed_base` keeps the suites' inputs apart.
+class CudaDtypeSuite : public CudaTestWithParam<flashattn::DType> {
+ protected:
+  explicit CudaDtypeSuite(uint32_t seed_base) : seed_base_(seed_base) {}
+
+  fa_test::Problem problem(const Shape& s) {
+    const uint32_t dtype_seeds = GetParam() == flashattn::DType::kBF16 ? 50000u : 0u;
+    return dense_problem(GetParam(), s, seed_base_ + dtype_seeds + next_seed_++);
+  }
+
+  // A varlen problem: one entry per sequence.
+  fa_test::Problem varlen(int nheads, int nheads_k, int head_dim, std::vector<int> seqlens_q,
+                          std::vector<int> seqlens_k) {
+    fa_test::Problem p = problem({0, nheads, nheads_k, 0, 0, head_dim});
+    p.seqlens_q = std::move(seqlens_q);
+    p.seqlens_k = std::move(seqlens_k);
+    return p;
+  }
+
+ private:
+  uint32_t seed_base_;
+  uint32_t next_seed_ = 1;
+};
 
 }  // namespace fa_cuda_test

@@ -55,29 +55,15 @@ void expect_zero_rows(const Problem& p, const char* which, int row_begin, int ro
                         << row_end;
 }
 
-class CudaBackward : public CudaTestWithParam<DType> {
+class CudaBackward : public CudaDtypeSuite {
  protected:
-  Problem problem(const Shape& s) {
-    const uint32_t dtype_seeds = GetParam() == DType::kBF16 ? 70000u : 20000u;
-    return dense_problem(GetParam(), s, dtype_seeds + next_seed_++);
-  }
-
-  Problem varlen(int nheads, int nheads_k, int head_dim, std::vector<int> seqlens_q,
-                 std::vector<int> seqlens_k) {
-    Problem p = problem({0, nheads, nheads_k, 0, 0, head_dim});
-    p.seqlens_q = std::move(seqlens_q);
-    p.seqlens_k = std::move(seqlens_k);
-    return p;
-  }
+  CudaBackward() : CudaDtypeSuite(20000) {}
 
   // Both accumulation modes of dQ must pass the same check.
   static void expect_passes_on_cuda(const Problem& p) {
     expect_passes(fa_test::check_backward(p, cuda_runner()));
     expect_passes(fa_test::check_backward(p, deterministic_runner()));
   }
-
- private:
-  uint32_t next_seed_ = 1;
 };
 
 TEST_P(CudaBackward, HeadDims) {

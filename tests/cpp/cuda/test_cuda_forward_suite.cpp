@@ -25,29 +25,13 @@ struct Window {
   int left, right;
 };
 
-class CudaForward : public CudaTestWithParam<DType> {
+class CudaForward : public CudaDtypeSuite {
  protected:
-  // A dense problem of this test's dtype; every call draws fresh inputs.
-  Problem problem(const Shape& s) {
-    const uint32_t dtype_seeds = GetParam() == DType::kBF16 ? 50000u : 0u;
-    return dense_problem(GetParam(), s, dtype_seeds + next_seed_++);
-  }
-
-  // A varlen problem: one entry per sequence.
-  Problem varlen(int nheads, int nheads_k, int head_dim, std::vector<int> seqlens_q,
-                 std::vector<int> seqlens_k) {
-    Problem p = problem({0, nheads, nheads_k, 0, 0, head_dim});
-    p.seqlens_q = std::move(seqlens_q);
-    p.seqlens_k = std::move(seqlens_k);
-    return p;
-  }
+  CudaForward() : CudaDtypeSuite(0) {}
 
   static void expect_passes_on_cuda(const Problem& p) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
-
- private:
-  uint32_t next_seed_ = 1;
 };
 
 TEST_P(CudaForward, HeadDimsWithAKernel) {
