@@ -86,6 +86,20 @@ struct KVCacheCase : NoCopy {
   Snapshot outputs() const;  // out, lse and the caches (written in place when appending)
 };
 
+constexpr flashattn::StatusCode kInvalid = flashattn::StatusCode::kInvalidArgument;
+
+// Validation alone: supported() on the reference backend runs every check of a call and
+// launches nothing.
+inline flashattn::Status check(const flashattn::ForwardArgs& args) {
+  return flashattn::supported(args, flashattn::Backend::kReference);
+}
+inline flashattn::Status check(const flashattn::BackwardArgs& args) {
+  return flashattn::supported(args, flashattn::Backend::kReference);
+}
+inline flashattn::Status check(const flashattn::KVCacheArgs& args) {
+  return flashattn::supported(args, flashattn::Backend::kReference);
+}
+
 // Passes when `status` has `code` and its message starts with "<argument>:".
 ::testing::AssertionResult Rejected(const flashattn::Status& status, flashattn::StatusCode code,
                                     const std::string& argument);

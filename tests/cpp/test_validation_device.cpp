@@ -15,8 +15,6 @@ using flashattn::ForwardArgs;
 using flashattn::StatusCode;
 using flashattn::Tensor;
 
-constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
-
 // Every tensor of the call declared on cuda:`index`.
 ForwardArgs declared_on_cuda(const ForwardArgs& args, int index = 0) {
   ForwardArgs moved = args;

@@ -10,12 +10,6 @@ using flashattn::Backend;
 using flashattn::StatusCode;
 using flashattn::Tensor;
 
-constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
-
-flashattn::Status check(const flashattn::KVCacheArgs& args) {
-  return flashattn::supported(args, Backend::kReference);
-}
-
 KVCacheShape paged(int64_t page_size, int64_t pages = 2) {
   KVCacheShape s;
   s.paged = true;

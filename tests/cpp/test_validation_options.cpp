@@ -13,13 +13,8 @@ using flashattn::Backend;
 using flashattn::StatusCode;
 using flashattn::Tensor;
 
-constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-flashattn::Status check(const flashattn::ForwardArgs& args) {
-  return flashattn::supported(args, Backend::kReference);
-}
 
 TEST(ValidationOptions, CausalWithARightWindowConflicts) {
   ForwardCase f;

@@ -14,15 +14,6 @@ using flashattn::Backend;
 using flashattn::StatusCode;
 using flashattn::Tensor;
 
-constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
-
-flashattn::Status check(const flashattn::ForwardArgs& args) {
-  return flashattn::supported(args, Backend::kReference);
-}
-flashattn::Status check(const flashattn::BackwardArgs& args) {
-  return flashattn::supported(args, Backend::kReference);
-}
-
 TEST(ValidationTensors, ValidCallsPass) {
   ForwardCase f;
   EXPECT_TRUE(check(f.args).ok()) << check(f.args).message();

@@ -11,12 +11,6 @@ using flashattn::Backend;
 using flashattn::StatusCode;
 using flashattn::Tensor;
 
-constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
-
-flashattn::Status check(const flashattn::ForwardArgs& args) {
-  return flashattn::supported(args, Backend::kReference);
-}
-
 TEST(ValidationVarlen, ValidPackedCallPasses) {
   VarlenCase c({3, 0, 5}, {4, 2, 6});
   EXPECT_TRUE(check(c.args).ok()) << check(c.args).message();
