@@ -7,15 +7,8 @@ included), flashattn.hf the Hugging Face Transformers integration.
 from . import _C
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
 from .bert_padding import pad_input, unpad_input
-from .interface import (
-    flash_attn_func,
-    flash_attn_kvpacked_func,
-    flash_attn_qkvpacked_func,
-    flash_attn_varlen_func,
-    flash_attn_varlen_kvpacked_func,
-    flash_attn_varlen_qkvpacked_func,
-    flash_attn_with_kvcache,
-)
+from . import interface as _interface
+from .interface import *  # noqa: F401,F403 -- the flash_attn_* family, listed in interface.__all__
 
 try:  # torch is optional: with it, torch.ops.flashattn.* exist from import on.
     import torch as _torch
@@ -27,14 +20,7 @@ if _torch is not None:
 __version__ = _C.version()
 cuda_available = _C.cuda_available
 
-__all__ = [
-    "flash_attn_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_with_kvcache",
+__all__ = _interface.__all__ + [
     "unpad_input",
     "pad_input",
     "cuda_available",
