@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,9 +35,16 @@ void init_tensor(Tensor* self, uintptr_t data, DType dtype, const std::vector<in
   t->dtype = dtype;
   t->device = Device{device_type, device_index};
   t->rank = static_cast<int>(shape.size());
-  for (int i = 0; i < t->rank; ++i) {
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  int64_t contiguous = 1;
+  for (int i = t->rank - 1; i >= 0; --i) {
     t->shape[i] = shape[i];
-    t->stride[i] = strides[i];
+    // Frameworks leave the stride of a size-1 dimension, and every stride of an empty
+    // array, arbitrary (numpy may report 0); those strides address nothing, so the
+    // contiguous ones stand in for them rather than failing validation. Done here, not in
+    // Python, because it runs for every tensor of every call.
+    t->stride[i] = (empty || shape[i] == 1) ? contiguous : strides[i];
+    contiguous *= std::max<int64_t>(shape[i], 1);
   }
 }
 

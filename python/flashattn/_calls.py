@@ -85,10 +85,11 @@ def _run(entry, args, adapter, like):
     del workspace  # torch's allocator orders its reuse after the work queued on the stream
 
 
-def forward(adapter, q, k, v, options, varlen=None):
-    """Returns (out, lse)."""
+def forward(adapter, q, k, v, options, varlen=None, out=None):
+    """Returns (out, lse); `out`, when given, is the output to write (any strides)."""
     expect_rank(q, "q", 3 if varlen else 4, _Q_LAYOUT[varlen is not None])
-    out = adapter.empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    if out is None:
+        out = adapter.empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     lse = adapter.empty(q, lse_shape(q, varlen), float32=True)
     args = _C.ForwardArgs()
     args.q = adapter.describe(q, "q")
@@ -103,12 +104,14 @@ def forward(adapter, q, k, v, options, varlen=None):
     return out, lse
 
 
-def backward(adapter, dout, q, k, v, out, lse, options, varlen=None, deterministic=False):
-    """Returns (dq, dk, dv), contiguous, in the shapes of q, k and v."""
+def backward(adapter, dout, q, k, v, out, lse, options, varlen=None, deterministic=False,
+             grads=None):
+    """Returns (dq, dk, dv) in the shapes of q, k and v: contiguous, or `grads` (any
+    strides) when given."""
     expect_rank(q, "q", 3 if varlen else 4, _Q_LAYOUT[varlen is not None])
-    dq = adapter.empty(q, tuple(q.shape))
-    dk = adapter.empty(k, tuple(k.shape))
-    dv = adapter.empty(v, tuple(v.shape))
+    if grads is None:
+        grads = tuple(adapter.empty(x, tuple(x.shape)) for x in (q, k, v))
+    dq, dk, dv = grads
     args = _C.BackwardArgs()
     for field, array in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out),
                          ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):

@@ -7,7 +7,6 @@ import numpy as np
 
 from . import _C
 from ._errors import invalid_argument
-from ._strides import canonical_strides
 
 _DTYPES = {
     np.dtype(np.float32): _C.DType.F32,
@@ -51,8 +50,8 @@ class NumpyArrays:
         if not _is_describable(array):
             raise invalid_argument(name, "non-negative strides in whole elements",
                                    f"strides {array.strides} (bytes)")
-        strides = canonical_strides(array.shape, [s // array.itemsize for s in array.strides])
-        return _C.Tensor(array.__array_interface__["data"][0], dtype, list(array.shape), strides)
+        strides = [s // array.itemsize for s in array.strides]
+        return _C.Tensor(array.__array_interface__["data"][0], dtype, array.shape, strides)
 
     @staticmethod
     def expect_writable(array, name):

@@ -1,9 +1,11 @@
 """The flash_attn functions on torch tensors (CPU or CUDA), through the custom ops of
-_torch_ops.py: autograd, torch.compile and CUDA graphs work as with any torch op."""
+_torch_ops.py: autograd, torch.compile and CUDA graphs work as with any torch op. Plain
+eager calls take _torch_eager.py's shortcut to the same computations."""
 import numpy as np
 import torch
 
 from ._attn_probs import attention_probs
+from . import _torch_eager
 from ._torch_ops import forward, forward_kvcache
 from ._torch_rng import from_rng_state
 from ._torch_tensors import TorchTensors
@@ -23,19 +25,21 @@ def attention(q, k, v, varlen, options, deterministic):
     if varlen is not None:
         cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
         max_q, max_k = int(varlen.max_seqlen_q), int(varlen.max_seqlen_k)
-    return forward(q, k, v, cu_q, cu_k, used_k, max_q, max_k, float(options.dropout_p),
-                   float(_scale(q, options)), bool(options.causal), int(left), int(right),
-                   float(options.softcap), options.alibi_slopes, bool(deterministic))
+    run = _torch_eager.forward if _torch_eager.applies(q, k, v) else forward
+    return run(q, k, v, cu_q, cu_k, used_k, max_q, max_k, float(options.dropout_p),
+               float(_scale(q, options)), bool(options.causal), int(left), int(right),
+               float(options.softcap), options.alibi_slopes, bool(deterministic))
 
 
 def kvcache(q, cache, options):
     left, right = options.window_size
-    return forward_kvcache(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
-                           cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
-                           cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
-                           bool(options.causal), int(left), int(right), float(options.softcap),
-                           bool(cache.rotary_interleaved), options.alibi_slopes,
-                           int(cache.num_splits))
+    run = (_torch_eager.kvcache if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k)
+           else forward_kvcache)
+    return run(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
+               cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
+               cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
+               bool(options.causal), int(left), int(right), float(options.softcap),
+               bool(cache.rotary_interleaved), options.alibi_slopes, int(cache.num_splits))
 
 
 def _host_f32(tensor):

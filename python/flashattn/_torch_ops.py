@@ -36,14 +36,11 @@ def _rng_state_like(q, dropout_p):
     return torch.empty((0,), dtype=torch.int64, device=q.device)
 
 
-@torch.library.custom_op("flashattn::forward", mutates_args=())
-def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
-            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
-            max_seqlen_k: int, dropout_p: float, softmax_scale: float, causal: bool,
-            window_left: int, window_right: int, softcap: float,
-            alibi_slopes: Optional[Tensor], deterministic: bool
-            ) -> Tuple[Tensor, Tensor, Tensor]:
-    """(out, lse, rng_state). `deterministic` is kept for the backward."""
+def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                alibi_slopes, out=None):
+    """The computation behind the forward op (the eager path calls it directly):
+    (out, lse, rng_state). `out`, when given, is written instead of a new tensor."""
     if dropout_p > 0:
         seed, offset = _torch_rng.take_seed_offset(q.device)
         rng_state = _torch_rng.as_rng_state(seed, offset)
@@ -53,8 +50,35 @@ def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
                        dropout_p, seed, offset)
     varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
-    out, lse = _calls.forward(TorchTensors, q, k, v, options, varlen)
+    out, lse = _calls.forward(TorchTensors, q, k, v, options, varlen, out)
     return out, lse, rng_state
+
+
+def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                 max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                 window_right, softcap, alibi_slopes, deterministic, grads=None):
+    """The computation behind the backward op: (dq, dk, dv), written into `grads` when
+    given."""
+    seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
+    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+                       dropout_p, seed, offset)
+    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    dout = TorchTensors.readable(dout, "dout")
+    return _calls.backward(TorchTensors, dout, q, k, v, out, lse, options, varlen, deterministic,
+                           grads)
+
+
+@torch.library.custom_op("flashattn::forward", mutates_args=())
+def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
+            max_seqlen_k: int, dropout_p: float, softmax_scale: float, causal: bool,
+            window_left: int, window_right: int, softcap: float,
+            alibi_slopes: Optional[Tensor], deterministic: bool
+            ) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, lse, rng_state). `deterministic` is kept for the backward."""
+    return run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                       max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                       window_right, softcap, alibi_slopes)
 
 
 @forward.register_fake
@@ -74,12 +98,9 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
              deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of forward, given its out, lse and rng_state."""
-    seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
-    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, seed, offset)
-    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
-    dout = TorchTensors.readable(dout, "dout")
-    return _calls.backward(TorchTensors, dout, q, k, v, out, lse, options, varlen, deterministic)
+    return run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k,
+                        seqused_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                        window_left, window_right, softcap, alibi_slopes, deterministic)
 
 
 @backward.register_fake
@@ -87,7 +108,8 @@ def _backward_fake(dout, q, k, v, *args):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _setup_forward(ctx, inputs, output):
+def save_for_backward(ctx, inputs, output):
+    """forward's autograd context (also the eager path's, _torch_eager.py)."""
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
      deterministic) = inputs
@@ -100,15 +122,31 @@ def _setup_forward(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, rng_state)
 
 
-def _forward_gradients(ctx, grad_out, grad_lse, grad_rng_state):
+def saved_gradients(ctx, grad_out, backward_fn):
+    """The gradients of forward's 16 inputs from its saved context, by `backward_fn`
+    (the backward op, or run_backward on the eager path)."""
     q, k, v, out, lse, rng_state, cu_q, cu_k, used_k, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = backward(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
-                          *ctx.scalars, alibi_slopes, ctx.deterministic)
+    dq, dk, dv = backward_fn(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
+                             *ctx.scalars, alibi_slopes, ctx.deterministic)
     # Only q, k and v have gradients (lse is not differentiated, as in FlashAttention-2).
     return (dq, dk, dv) + (None,) * 13
 
 
-forward.register_autograd(_forward_gradients, setup_context=_setup_forward)
+forward.register_autograd(
+    lambda ctx, grad_out, grad_lse, grad_rng_state: saved_gradients(ctx, grad_out, backward),
+    setup_context=save_for_backward)
+
+
+def run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                        window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
+                        num_splits):
+    """The computation behind the forward_kvcache op: (out, lse)."""
+    cache = _calls.KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
+                           cache_batch_idx, cache_leftpad, block_table, rotary_interleaved,
+                           num_splits)
+    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes)
+    return _calls.forward_kvcache(TorchTensors, q, cache, options)
 
 
 @torch.library.custom_op("flashattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -121,11 +159,10 @@ def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Ten
                     rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int
                     ) -> Tuple[Tensor, Tensor]:
     """(out, lse); k and v, when given, are written into the caches first."""
-    cache = _calls.KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
-                           cache_batch_idx, cache_leftpad, block_table, rotary_interleaved,
-                           num_splits)
-    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes)
-    return _calls.forward_kvcache(TorchTensors, q, cache, options)
+    return run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                               cache_batch_idx, cache_leftpad, block_table, softmax_scale,
+                               causal, window_left, window_right, softcap, rotary_interleaved,
+                               alibi_slopes, num_splits)
 
 
 @forward_kvcache.register_fake

@@ -5,7 +5,6 @@ import torch
 
 from . import _C
 from ._errors import invalid_argument
-from ._strides import canonical_strides
 
 _DTYPES = {
     torch.float32: _C.DType.F32,
@@ -16,11 +15,12 @@ _DTYPES = {
 
 
 def _device_of(tensor):
-    if tensor.device.type == "cuda":
-        return _C.DeviceType.CUDA, tensor.device.index or 0
-    if tensor.device.type == "cpu":
+    device = tensor.device
+    if device.type == "cuda":
+        return _C.DeviceType.CUDA, device.index or 0
+    if device.type == "cpu":
         return _C.DeviceType.CPU, 0
-    raise invalid_argument("q", "a cpu or cuda tensor", f"device {tensor.device}")
+    raise invalid_argument("q", "a cpu or cuda tensor", f"device {device}")
 
 
 class TorchTensors:
@@ -43,9 +43,9 @@ class TorchTensors:
             raise invalid_argument(name, "dtype float32, float16, bfloat16 (or int32 for indices)",
                                    str(tensor.dtype).replace("torch.", ""))
         device_type, device_index = _device_of(tensor)
-        shape = list(tensor.shape)
-        return _C.Tensor(tensor.data_ptr(), dtype, shape,
-                         canonical_strides(shape, tensor.stride()), device_type, device_index)
+        # The binding normalizes the strides of size-1 dimensions.
+        return _C.Tensor(tensor.data_ptr(), dtype, tensor.shape, tensor.stride(), device_type,
+                         device_index)
 
     @staticmethod
     def expect_writable(tensor, name):

@@ -239,3 +239,39 @@ def test_torch_compile_kvcache_fullgraph():
     out = decode(q, k_cache, v_cache, k, v, torch.tensor([3], dtype=torch.int32))
     assert torch.equal(k_cache[0, 3], k[0, 0])
     _assert_close(out, ref.attention(q, k_cache[:, :4], v_cache[:, :4], causal=True))
+
+
+def _op_call(q, k, v, causal, dropout_p=0.0):
+    return torch.ops.flashattn.forward(q, k, v, None, None, None, 0, 0, dropout_p,
+                                       q.shape[-1] ** -0.5, causal, -1, 0 if causal else -1,
+                                       0.0, None, False)
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_eager_shortcut_matches_the_custom_op(dropout_p):
+    """Plain eager calls skip the op's dispatch (_torch_eager.py): same values, same
+    gradients, same dropout mask from the same seed."""
+    from flashattn import _torch_eager
+    torch.manual_seed(9)
+    q, k, v = _inputs()
+    assert _torch_eager.applies(q, k, v)
+    dout = torch.randn(q.shape)
+    torch.manual_seed(10)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=True,
+                                            return_attn_probs=True)
+    torch.manual_seed(10)
+    op_out, op_lse, _ = _op_call(q, k, v, True, dropout_p)
+    assert torch.equal(out, op_out) and torch.equal(lse, op_lse)
+    for got, want in zip(_grads(out, (q, k, v), dout), _grads(op_out, (q, k, v), dout)):
+        assert torch.equal(got, want)
+
+
+def test_eager_shortcut_steps_aside_for_tracing():
+    """Fake tensors (and with them torch.compile and export) get the custom op."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from flashattn import _torch_eager
+    with FakeTensorMode():
+        q, k, v = _inputs(requires_grad=False)
+        assert not _torch_eager.applies(q, k, v)
+        out = flashattn.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == q.shape
