@@ -12,6 +12,7 @@ they are in a model, fresh from the projection that made them).
     python3 bench/python_overhead.py [--batch 1 --heads 16 --seqlen 128 --hdim 64] [--json F]
 """
 import argparse
+import importlib
 import json
 import statistics
 import time
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from flashattn import _C, _calls
+from flashattn import _C, _calls, _torch_ops
 from flashattn._torch_tensors import TorchTensors
 
 SETS = 8
@@ -82,6 +83,35 @@ def raw_launches(inputs):
         run.backend = _C.Backend.CUDA
         run.stream = torch.cuda.current_stream().cuda_stream
         _C.forward(args, run)
+    launch.outputs = [(out, lse) for _, out, lse in prepared]
+    return launch
+
+
+def raw_backward_launches(inputs, forward_launch):
+    """_C.backward with argument structs and workspace made beforehand (after a forward
+    gave out and lse)."""
+    prepared = []
+    for i, (q, k, v) in enumerate(inputs):
+        forward_launch(i)
+        args = _C.BackwardArgs()
+        out, lse = forward_launch.outputs[i]
+        tensors = dict(dout=torch.randn_like(q), q=q, k=k, v=v, out=out, lse=lse,
+                       dq=torch.empty_like(q), dk=torch.empty_like(k), dv=torch.empty_like(v))
+        for field, tensor in tensors.items():
+            setattr(args, field, TorchTensors.describe(tensor, field))
+        args.options = _calls.Options(causal=True).to_c(TorchTensors, q.shape[-1])
+        workspace = torch.empty(_C.workspace_size(args, _C.Backend.CUDA), dtype=torch.uint8,
+                                device="cuda")
+        prepared.append((args, tensors, workspace))
+
+    def launch(i):
+        args, _, workspace = prepared[i % SETS]
+        run = _C.Launch()
+        run.backend = _C.Backend.CUDA
+        run.stream = torch.cuda.current_stream().cuda_stream
+        run.workspace = workspace.data_ptr()
+        run.workspace_bytes = workspace.numel()
+        _C.backward(args, run)
     return launch
 
 
@@ -128,31 +158,45 @@ def main():
         torch.autograd.grad(out, (q, k, v), out)
 
     raw = raw_launches(inputs)
+    raw_backward = raw_backward_launches(inputs, raw)
+    saved = [_torch_ops.run_forward(q, k, v, None, None, None, 0, 0, 0.0,
+                                              a.hdim ** -0.5, True, -1, 0, 0.0, None)
+             for q, k, v in inputs]
+
+    def python_backward(i):
+        (q, k, v), (out, lse, rng_state) = pick(inputs)(i), pick(saved)(i)
+        _torch_ops.run_backward(out, q, k, v, out, lse, rng_state, None, None, None,
+                                          0, 0, 0.0, a.hdim ** -0.5, True, -1, 0, 0.0, None,
+                                          False)
+
     results = {"shape": dict(batch=a.batch, heads=a.heads, seqlen=a.seqlen, hdim=a.hdim,
                              dtype="bf16", causal=True),
                "kernel_us (CUDA graph replay)": graph_us(raw, a.calls),
+               "backward_kernels_us (CUDA graph replay)": graph_us(raw_backward, a.calls // 4),
                "per_call_us": {}}
     calls = results["per_call_us"]
     calls["_C.forward, prebuilt args"] = per_call_us(raw, a.calls)
+    calls["_C.backward, prebuilt args"] = per_call_us(raw_backward, a.calls // 4)
+    calls["_torch_ops.run_backward (no autograd)"] = per_call_us(python_backward, a.calls // 4)
     calls["flash_attn_func"] = per_call_us(ours, a.calls)
     calls["torch.ops.flashattn.forward (custom op)"] = per_call_us(op, a.calls)
     calls["F.sdpa, PyTorch's flash backend"] = per_call_us(sdpa, a.calls)
     calls["flash_attn_func fwd+bwd"] = per_call_us(ours_train, a.calls // 4)
     calls["F.sdpa fwd+bwd, PyTorch's flash backend"] = per_call_us(sdpa_train_step, a.calls // 4)
     try:
-        import flashattn.torch
-        routing = hasattr(torch.nn.attention, "register_flash_attention_impl")
+        sdpa_routing = importlib.import_module("flashattn.torch")
     except ImportError:  # a flashattn from before flashattn.torch
-        routing = False
-    if routing:
-        flashattn.torch.activate()
+        sdpa_routing = None
+    if sdpa_routing is not None and hasattr(torch.nn.attention, "register_flash_attention_impl"):
+        sdpa_routing.activate()
         calls["F.sdpa, flashattn.torch.activate()"] = per_call_us(sdpa, a.calls)
         calls["F.sdpa fwd+bwd, flashattn.torch.activate()"] = per_call_us(sdpa_train_step,
                                                                         a.calls // 4)
-        flashattn.torch.deactivate()
+        sdpa_routing.deactivate()
     for name, us in calls.items():
         print(f"{name:48s} {us:8.2f} us/call")
-    print(f"{'kernel (CUDA graph replay)':48s} {results['kernel_us (CUDA graph replay)']:8.2f} us")
+    for name in ("kernel_us (CUDA graph replay)", "backward_kernels_us (CUDA graph replay)"):
+        print(f"{name:48s} {results[name]:8.2f} us")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -4,7 +4,7 @@ An adapter (_numpy_arrays.NumpyArrays, _torch_tensors.TorchTensors) describes ar
 the binding, allocates outputs and makes the Launch; everything else, building the
 argument structs and the output shapes, is written once here.
 """
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import _C
 from ._errors import invalid_argument
@@ -13,8 +13,9 @@ _Q_LAYOUT = {False: "[batch, seqlen_q, nheads, head_dim]",
              True: "[total_q, nheads, head_dim] (varlen)"}
 
 
-@dataclass(frozen=True)
-class Options:
+# The argument records are NamedTuples: they are built on every call, and a NamedTuple
+# builds several times faster than a frozen dataclass.
+class Options(NamedTuple):
     """AttentionOptions with Python defaults; softmax_scale None means 1/sqrt(head_dim)."""
 
     softmax_scale: object = None
@@ -46,8 +47,7 @@ class Options:
         return options
 
 
-@dataclass(frozen=True)
-class Varlen:
+class Varlen(NamedTuple):
     """The packed layout: int32 offsets [batch + 1] into the rows of q and of k/v."""
 
     cu_seqlens_q: object
@@ -124,8 +124,7 @@ def backward(adapter, dout, q, k, v, out, lse, options, varlen=None, determinist
     return dq, dk, dv
 
 
-@dataclass(frozen=True)
-class KVCache:
+class KVCache(NamedTuple):
     """What flash_attn_with_kvcache adds to attention: the cache and how to update it."""
 
     k_cache: object

@@ -1,8 +1,6 @@
 """The flash_attn functions on numpy arrays: the CPU backend, forward only (numpy has no
 autograd; flashattn.arrays.backward gives the gradients explicitly). Dropout seeds come
 from numpy's global generator, so np.random.seed reproduces a run."""
-import dataclasses
-
 import numpy as np
 
 from . import _calls
@@ -20,7 +18,7 @@ def _draw_seed_offset():
 def attention(q, k, v, varlen, options, deterministic):
     """(out, lse, rng) where rng is the (seed, offset) dropout used."""
     rng = _draw_seed_offset() if options.dropout_p > 0 else (0, 0)
-    options = dataclasses.replace(options, dropout_seed=rng[0], dropout_offset=rng[1])
+    options = options._replace(dropout_seed=rng[0], dropout_offset=rng[1])
     out, lse = _calls.forward(NumpyArrays, q, k, v, options, varlen)
     return out, lse, rng
 

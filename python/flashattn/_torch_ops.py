@@ -33,7 +33,7 @@ def _rng_state_like(q, dropout_p):
     graph trees skip graphs with CPU tensors)."""
     if dropout_p > 0:
         return torch.empty((2,), dtype=torch.int64, device="cpu")
-    return torch.empty((0,), dtype=torch.int64, device=q.device)
+    return q.new_empty((0,), dtype=torch.int64)
 
 
 def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,

@@ -14,13 +14,23 @@ _DTYPES = {
 }
 
 
+# Per-call paths avoid tensor.device.type and torch.cuda.current_stream(device): each
+# builds Python objects (a device, a string, a Stream) that cost microseconds per call.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _device_of(tensor):
-    device = tensor.device
-    if device.type == "cuda":
-        return _C.DeviceType.CUDA, device.index or 0
-    if device.type == "cpu":
+    if tensor.is_cuda:
+        return _C.DeviceType.CUDA, tensor.get_device()
+    if tensor.device.type == "cpu":
         return _C.DeviceType.CPU, 0
-    raise invalid_argument("q", "a cpu or cuda tensor", f"device {device}")
+    raise invalid_argument("q", "a cpu or cuda tensor", f"device {tensor.device}")
+
+
+def _stream_of(tensor):
+    if _current_raw_stream is not None:
+        return _current_raw_stream(tensor.get_device())
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 class TorchTensors:
@@ -30,7 +40,7 @@ class TorchTensors:
 
     @staticmethod
     def is_cuda(tensor):
-        return tensor.device.type == "cuda"
+        return tensor.is_cuda
 
     @staticmethod
     def describe(tensor, name):
@@ -53,8 +63,7 @@ class TorchTensors:
 
     @staticmethod
     def empty(like, shape, float32=False):
-        return torch.empty(shape, dtype=torch.float32 if float32 else like.dtype,
-                           device=like.device)
+        return like.new_empty(shape, dtype=torch.float32 if float32 else like.dtype)
 
     @staticmethod
     def launch(like, workspace_bytes):
@@ -62,13 +71,13 @@ class TorchTensors:
         one, a workspace from torch's allocator (returned so it outlives the call)."""
         launch = _C.Launch()
         workspace = None
-        if like.device.type == "cuda":
+        if like.is_cuda:
             launch.backend = _C.Backend.CUDA
-            launch.stream = torch.cuda.current_stream(like.device).cuda_stream
+            launch.stream = _stream_of(like)
         else:
             launch.backend = _C.Backend.CPU
         if workspace_bytes:
-            workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=like.device)
+            workspace = like.new_empty((workspace_bytes,), dtype=torch.uint8)
             launch.workspace = workspace.data_ptr()
             launch.workspace_bytes = workspace_bytes
         return launch, workspace
