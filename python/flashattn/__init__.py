@@ -2,7 +2,8 @@
 
 `from flashattn import flash_attn_func` is flash-attn 2.8's function on torch tensors
 (CUDA or CPU) and numpy arrays. flashattn.arrays has the explicit numpy calls (backward
-included), flashattn.hf the Hugging Face Transformers integration.
+included), flashattn.hf the Hugging Face Transformers integration, flashattn.torch the
+routing of torch's scaled_dot_product_attention to these kernels.
 """
 from . import _C
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError

@@ -4,7 +4,7 @@
     flashattn.torch.activate()    # SDPA's flash backend now runs flashattn
     flashattn.torch.deactivate()  # back to PyTorch's own FlashAttention-2
 
-This uses PyTorch's registry of flash-attention implementations (torch >= 2.10,
+This uses PyTorch's registry of flash-attention implementations (torch 2.11 has it,
 torch.nn.attention.register_flash_attention_impl), under the name "flashattn"; after
 `import flashattn.torch`, torch.nn.attention.activate_flash_attention_impl("flashattn")
 does the same as activate(). What an implementation provides there: a function that
@@ -18,9 +18,13 @@ kernels, and aten::_flash_attention_forward / _backward (the packed path behind
 torch.nn.attention.varlen.varlen_attn), with calls into flashattn. Other backends (cuDNN,
 memory-efficient, math) are left alone: a call SDPA routes to one of them is not ours.
 """
+import importlib
+
 import torch as _torch
 
 from . import _torch_ops
+
+_attention = importlib.import_module("torch.nn.attention")
 
 NAME = "flashattn"
 
@@ -28,11 +32,10 @@ __all__ = ["NAME", "activate", "deactivate", "is_active"]
 
 
 def _registry():
-    attention = _torch.nn.attention
-    if not hasattr(attention, "register_flash_attention_impl"):
+    if not hasattr(_attention, "register_flash_attention_impl"):
         raise RuntimeError(f"flashattn.torch: torch {_torch.__version__} has no "
-                           "torch.nn.attention.register_flash_attention_impl (torch >= 2.10)")
-    return attention
+                           "torch.nn.attention.register_flash_attention_impl (2.11 has it)")
+    return _attention
 
 
 def activate():
@@ -156,5 +159,5 @@ def _flash_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_
         _torch.are_deterministic_algorithms_enabled())
 
 
-if hasattr(_torch.nn.attention, "register_flash_attention_impl"):
-    _torch.nn.attention.register_flash_attention_impl(NAME, register_fn=_register)
+if hasattr(_attention, "register_flash_attention_impl"):
+    _attention.register_flash_attention_impl(NAME, register_fn=_register)

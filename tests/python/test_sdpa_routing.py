@@ -1,14 +1,17 @@
 """flashattn.torch.activate(): F.scaled_dot_product_attention's flash backend runs
 flashattn's kernels, forward and backward, until deactivate(). Results must equal
-flash_attn_func's bit for bit (same kernels, same inputs) and the profiler must see
-flashattn's kernels, not PyTorch's."""
+flash_attn_func's (same kernels, same inputs: bit for bit, but for dq's atomic additions)
+and the profiler must see flashattn's kernels, not PyTorch's."""
 import contextlib
 
 import pytest
 
 torch = pytest.importorskip("torch")
+import torch.nn.attention  # noqa: E402
+
 if not hasattr(torch.nn.attention, "register_flash_attention_impl"):
-    pytest.skip("torch has no flash-attention registry (torch >= 2.10)", allow_module_level=True)
+    pytest.skip("torch has no torch.nn.attention.register_flash_attention_impl",
+                allow_module_level=True)
 
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
