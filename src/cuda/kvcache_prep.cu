@@ -86,6 +86,12 @@ __global__ void stage_q_kernel(const __grid_constant__ core::KVCacheParams p, T*
   }
 }
 
+__global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int batch,
+                                 int32_t* used_keys) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < batch) used_keys[b] = cache_seqlens[b] + appended;
+}
+
 // One warp per (b, h, i) row: lse = log of the sum of the splits' exp(lse), out = the splits'
 // outputs weighted by exp(lse_s - lse).
 template <class T>
@@ -150,6 +156,13 @@ Status launch_stage_q(const core::KVCacheParams& p, void* staged, cudaStream_t s
         p, static_cast<T*>(staged));
     return cuda_status(cudaGetLastError(), "launching the KV-cache query staging kernel");
   });
+}
+
+Status launch_used_keys(const core::KVCacheParams& p, int32_t* used_keys, cudaStream_t stream) {
+  const int appended = p.k_new.ptr != nullptr ? p.seqlen_new : 0;
+  used_keys_kernel<<<(p.batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      p.cache_seqlens, appended, p.batch, used_keys);
+  return cuda_status(cudaGetLastError(), "launching the KV-cache key count kernel");
 }
 
 Status launch_combine(const core::KVCacheParams& p, int num_splits, const float* partial_out,

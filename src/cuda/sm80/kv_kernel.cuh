@@ -102,17 +102,38 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   auto v_buffer = [&](int i) { return kv_smem + (S::kStages + i) * KVTile::kBytes; };
   const int chunks_valid = p.head_dim / 8;
 
+  // A paged cache's page of each row this thread copies is read one key block ahead, so
+  // the block_table loads are in flight during the compute of a block, not in the path of
+  // the next copy.
+  using KVRows = block::CopyRows<kBlockN, D, S::kThreads>;
+  const bool paged = p.block_table != nullptr;
+  int pages[KVRows::kCount];
+  auto fetch_pages = [&](int n) {
+#pragma unroll
+    for (int i = 0; i < KVRows::kCount; ++i) {
+      const int key = n * kBlockN + KVRows::row(tid, i);
+      pages[i] = key < rows.seqlen_k ? rows.page_of(p, key) : 0;
+    }
+  };
   const T* const kv_base[2] = {static_cast<const T*>(p.k.ptr), static_cast<const T*>(p.v.ptr)};
   auto load_kv = [&](int n, int buffer) {
     const int key0 = n * kBlockN;
     const uint32_t dst[2] = {k_buffer(buffer), v_buffer(buffer)};
     block::copy_rows_async<kBlockN, D, S::kThreads, 2>(
         dst, kv_base,
-        [&](int r, bool valid, int64_t(&offset)[2]) {
-          offset[0] = valid ? rows.key_offset(p, p.k, key0 + r) : 0;
-          offset[1] = valid ? rows.key_offset(p, p.v, key0 + r) : 0;
+        [&](int i, int r, bool valid, int64_t(&offset)[2]) {
+          if (!valid) {
+            offset[0] = offset[1] = 0;
+          } else if (paged) {
+            offset[0] = rows.paged_offset(p, p.k, key0 + r, pages[i]);
+            offset[1] = rows.paged_offset(p, p.v, key0 + r, pages[i]);
+          } else {
+            offset[0] = rows.key_offset(p.k, key0 + r);
+            offset[1] = rows.key_offset(p.v, key0 + r);
+          }
         },
         rows.seqlen_k - key0, chunks_valid, tid);
+    if (paged) fetch_pages(n + 1);
   };
 
   const int warp_m = warp / S::kWarpsN;
@@ -222,13 +243,14 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     const T* const q_base[1] = {static_cast<const T*>(p.q.ptr)};
     block::copy_rows_async<kBlockM, D, S::kThreads, 1>(
         dst, q_base,
-        [&](int r, bool valid, int64_t(&offset)[1]) {
+        [&](int, int r, bool valid, int64_t(&offset)[1]) {
           offset[0] = valid ? rows.query_offset(p.q, m0 + r) : 0;
         },
         block_rows, chunks_valid, tid);
     prim::thread::cp_async_commit();
   }
   const int blocks = n_end - n_begin;
+  if (paged) fetch_pages(n_begin);
 #pragma unroll
   for (int i = 0; i < S::kStages - 1; ++i) {
     if (i < blocks) load_kv(n_begin + i, i);

@@ -39,16 +39,22 @@ struct KvRows {
   __device__ __forceinline__ int query(int packed) const { return packed / group; }
   __device__ __forceinline__ int head(int packed) const { return hk * group + packed % group; }
 
-  // Element offset of logical key `key` in a cache operand (its head included).
-  __device__ __forceinline__ int64_t key_offset(const core::KVCacheParams& p,
-                                                const core::Operand& cache, int key) const {
-    const int position = leftpad + key;
-    if (p.block_table != nullptr) {
-      const int64_t page = p.block_table[b * p.block_table_batch_stride + position / p.page_size];
-      return page * cache.batch_stride + (position % p.page_size) * cache.row_stride +
-             hk * cache.head_stride;
-    }
-    return cache_row * cache.batch_stride + position * cache.row_stride + hk * cache.head_stride;
+  // Element offset of logical key `key` in a contiguous cache operand (its head included).
+  __device__ __forceinline__ int64_t key_offset(const core::Operand& cache, int key) const {
+    return cache_row * cache.batch_stride + (leftpad + key) * cache.row_stride +
+           hk * cache.head_stride;
+  }
+
+  // The same in a paged cache, for a key on page `page` (block_table's entry).
+  __device__ __forceinline__ int64_t paged_offset(const core::KVCacheParams& p,
+                                                  const core::Operand& cache, int key,
+                                                  int page) const {
+    return static_cast<int64_t>(page) * cache.batch_stride +
+           ((leftpad + key) % p.page_size) * cache.row_stride + hk * cache.head_stride;
+  }
+
+  __device__ __forceinline__ int page_of(const core::KVCacheParams& p, int key) const {
+    return p.block_table[b * p.block_table_batch_stride + (leftpad + key) / p.page_size];
   }
 
   __device__ __forceinline__ int64_t query_offset(const core::Operand& q, int packed) const {
@@ -58,9 +64,19 @@ struct KvRows {
 
 namespace block {
 
-// Rows [0, Rows) of an SmemTile<Rows, D>: row r comes from `base + offset(r)` when
-// r < rows_valid, else zeros; columns at or past `chunks_valid` * 8 are zeros. `Sources`
-// tiles with the same rows are filled at once (K and V share their row addressing).
+// The rows of a tile thread `tid` copies in copy_rows_async: row tid / chunks + i * pass.
+template <int Rows, int D, int Threads>
+struct CopyRows {
+  static constexpr int kChunks = SmemTile<Rows, D>::kChunksPerPanelRow;
+  static constexpr int kRowsPerPass = Threads / kChunks;
+  static constexpr int kCount = Rows / kRowsPerPass;
+  static __device__ __forceinline__ int row(int tid, int i) { return tid / kChunks + i * kRowsPerPass; }
+};
+
+// Rows [0, Rows) of an SmemTile<Rows, D>: row r (the i-th of this thread, CopyRows) comes
+// from `base + offset` as offsets(i, r, valid, offset) sets it when r < rows_valid, else
+// zeros; columns at or past `chunks_valid` * 8 are zeros. `Sources` tiles with the same rows
+// are filled at once (K and V share their row addressing).
 template <int Rows, int D, int Threads, int Sources, class T, class RowOffsets>
 __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sources],
                                                 const T* const (&base)[Sources],
@@ -80,7 +96,7 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
     const int r = row + i * kRowsPerPass;
     const bool row_valid = r < rows_valid;
     int64_t offset[Sources];
-    offsets(r, row_valid, offset);
+    offsets(i, r, row_valid, offset);
 #pragma unroll
     for (int panel = 0; panel < D / kPanel; ++panel) {
       const bool valid = row_valid && panel * kChunks + chunk < chunks_valid;

@@ -83,15 +83,22 @@ TEST_P(CudaKVCache, AppendWithCausalAndWindow) {
   expect_passes_on_cuda(p);
 }
 
-// Packed rows past the decode tile: the prefill tile, several query blocks.
+// Packed rows past the decode tile: a contiguous cache without leftpad runs the forward
+// kernel (seqused_k), a leftpad the KV-cache kernel's prefill tile; several query blocks.
 TEST_P(CudaKVCache, PrefillWithCache) {
   for (int d : {64, 128, 256}) {
-    KVCacheProblem p = problem(d);
-    p.seqlen_q = 130;
-    p.seqlen_new = 130;
-    p.seqlen_cache = 400;
-    p.causal = true;
-    expect_passes_on_cuda(p);
+    for (bool leftpad : {false, true}) {
+      KVCacheProblem p = problem(d);
+      p.seqlen_q = 130;
+      p.seqlen_new = 130;
+      p.seqlen_cache = 400;
+      p.causal = true;
+      if (leftpad) {
+        p.cache_seqlens = {200, 17, 270};
+        p.cache_leftpad = {5, 0, 17};
+      }
+      expect_passes_on_cuda(p);
+    }
   }
   KVCacheProblem windowed = problem(128);
   windowed.seqlen_q = 70;
@@ -288,7 +295,9 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   prefill.seqlen_q = 40;
   prefill.seqlen_new = 40;
   prefill.head_dim = 40;
+  prefill.rotary_dim = 40;
   prefill.causal = true;
+  prefill.cache_leftpad = {3, 0};  // the KV-cache kernel's prefill tile, not the forward's
   for (const KVCacheProblem& p : {decode, paged, prefill}) {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
