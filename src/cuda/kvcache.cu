@@ -23,7 +23,6 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA KV cache: " + what);
 }
 
-constexpr int kMaxSplits = 128;
 constexpr uint64_t kAlign = 256;
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -96,13 +95,13 @@ int choose_splits(const core::KVCacheParams& p, const KvTile& tile, int smem, in
       static_cast<int64_t>((packed_rows + tile.block_m - 1) / tile.block_m) * p.nheads_k *
       p.batch;
   const int key_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  if (p.num_splits >= 1) return std::max(1, std::min({p.num_splits, key_blocks, kMaxSplits}));
+  if (p.num_splits >= 1) return std::max(1, std::min({p.num_splits, key_blocks, kMaxKvSplits}));
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
   const int64_t slots = static_cast<int64_t>(sms) * per_sm;
   if (blocks == 0) return 1;
   const int64_t wanted = slots / blocks;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 8,
-                                                                    kMaxSplits})));
+                                                                    kMaxKvSplits})));
 }
 
 Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {

@@ -92,41 +92,43 @@ __global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int
   if (b < batch) used_keys[b] = cache_seqlens[b] + appended;
 }
 
-// One warp per (b, h, i) row: lse = log of the sum of the splits' exp(lse), out = the splits'
-// outputs weighted by exp(lse_s - lse).
+// One block per (b, h, i) row: the splits' lse merged by a tree of core::log_add_exp, their
+// weights exp(lse_s - lse) (core::merge_weight) in shared memory, then each thread sums its
+// columns over the splits, the loads of several splits in flight at once.
 template <class T>
-__global__ void combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,
-                               const float* partial_out, const float* partial_lse) {
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,
+                   const float* partial_out, const float* partial_lse) {
+  static_assert(kMaxKvSplits <= kThreads, "one thread per split");
+  __shared__ float merged[kThreads];
+  __shared__ float weight[kThreads];
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;
+  const int t = threadIdx.x;
+  const float part_lse = t < num_splits ? partial_lse[t * rows + row] : -INFINITY;
+  merged[t] = part_lse;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) merged[t] = core::log_add_exp(merged[t], merged[t + stride]);
+    __syncthreads();
+  }
+  const float total = merged[0];
+  weight[t] = core::merge_weight(part_lse, total);
+  __syncthreads();
+
   const int i = static_cast<int>(row % p.seqlen_q);
   const int h = static_cast<int>((row / p.seqlen_q) % p.nheads);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.nheads));
-  float total = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) {
-    total = core::log_add_exp(total, partial_lse[s * rows + row]);
-  }
-  constexpr int kMaxColumnsPerLane = 8;  // head_dim <= 256
-  float acc[kMaxColumnsPerLane] = {};
-  for (int s = 0; s < num_splits; ++s) {
-    const float weight = core::merge_weight(partial_lse[s * rows + row], total);
-    if (weight == 0.f) continue;
-    const float* part = partial_out + (s * rows + row) * p.head_dim;
-#pragma unroll
-    for (int k = 0; k < kMaxColumnsPerLane; ++k) {
-      const int c = lane + 32 * k;
-      if (c < p.head_dim) acc[k] += weight * part[c];
-    }
-  }
   T* out = static_cast<T*>(p.out.ptr) + core::element_offset(p.out, b, i, h);
-#pragma unroll
-  for (int k = 0; k < kMaxColumnsPerLane; ++k) {
-    const int c = lane + 32 * k;
-    if (c < p.head_dim) out[c] = static_cast<T>(acc[k]);
+  const float* part = partial_out + row * p.head_dim;
+  const int64_t split_stride = rows * p.head_dim;
+  for (int c = t; c < p.head_dim; c += kThreads) {
+    float acc = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < num_splits; ++s) acc += weight[s] * part[s * split_stride + c];
+    out[c] = static_cast<T>(acc);
   }
-  if (p.lse != nullptr && lane == 0) {
+  if (p.lse != nullptr && t == 0) {
     p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = total;
   }
 }
@@ -169,11 +171,9 @@ Status launch_combine(const core::KVCacheParams& p, int num_splits, const float*
                       const float* partial_lse, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
   if (rows == 0) return Status::Ok();
-  constexpr int kRowsPerBlock = kThreads / 32;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   return by_dtype(p, [&](auto zero) {
     using T = decltype(zero);
-    combine_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    combine_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         p, num_splits, partial_out, partial_lse);
     return cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
   });

@@ -14,6 +14,9 @@
 
 namespace flashattn::cuda {
 
+// The most splits a call uses (the combine kernel gives each its own thread).
+inline constexpr int kMaxKvSplits = 128;
+
 Status launch_append(const core::KVCacheParams& params, cudaStream_t stream);
 
 // `staged` holds batch * seqlen_q * nheads * head_dim elements of the params' dtype.

@@ -26,6 +26,7 @@ struct KvRows {
   int seqlen_k;  // logical keys: cache_seqlens[b] + appended - leftpad
   int leftpad;
   int64_t cache_row;  // contiguous cache: the row of batch entry b
+  int page_shift;     // log2(page_size) when it is a power of two (no division), else -1
 
   __device__ __forceinline__ KvRows(const core::KVCacheParams& p, int batch, int kv_head)
       : b(batch), hk(kv_head), group(p.nheads / p.nheads_k), seqlen_q(p.seqlen_q) {
@@ -33,6 +34,7 @@ struct KvRows {
     const int appended = p.k_new.ptr != nullptr ? p.seqlen_new : 0;
     seqlen_k = p.cache_seqlens[b] + appended - leftpad;
     cache_row = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
+    page_shift = __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1;
   }
 
   __device__ __forceinline__ int packed_rows() const { return seqlen_q * group; }
@@ -49,12 +51,17 @@ struct KvRows {
   __device__ __forceinline__ int64_t paged_offset(const core::KVCacheParams& p,
                                                   const core::Operand& cache, int key,
                                                   int page) const {
-    return static_cast<int64_t>(page) * cache.batch_stride +
-           ((leftpad + key) % p.page_size) * cache.row_stride + hk * cache.head_stride;
+    const int position = leftpad + key;
+    const int in_page =
+        page_shift >= 0 ? position & (p.page_size - 1) : position % p.page_size;
+    return static_cast<int64_t>(page) * cache.batch_stride + in_page * cache.row_stride +
+           hk * cache.head_stride;
   }
 
   __device__ __forceinline__ int page_of(const core::KVCacheParams& p, int key) const {
-    return p.block_table[b * p.block_table_batch_stride + (leftpad + key) / p.page_size];
+    const int position = leftpad + key;
+    const int index = page_shift >= 0 ? position >> page_shift : position / p.page_size;
+    return p.block_table[b * p.block_table_batch_stride + index];
   }
 
   __device__ __forceinline__ int64_t query_offset(const core::Operand& q, int packed) const {
