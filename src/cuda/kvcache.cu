@@ -85,9 +85,10 @@ bool cache_aligned(const core::Operand& cache) {
 // num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
 // is chosen from the cache capacity (cache_seqlens may live on the device, and reading it
 // would synchronize): as many splits as fit one wave of resident blocks (a second, partial
-// wave costs more than it gains), each split at least 8 key blocks long (shorter ones spend
-// more on filling the pipeline and on the combine than they gain). Measured on an H200,
-// bf16, 32/8 heads, d = 128: batch 1 at 4k keys peaks at 8 splits, batch 8 at 4 splits.
+// wave costs more than it gains), each split at least 4 key blocks long (shorter ones spend
+// more on filling the pipeline and on the combine than they gain). Measured on an H200
+// (bench/RESULTS.md, bf16, 32/8 heads, d = 128, 2 decode blocks per SM): batch 1 peaks at
+// 16 splits for 4k keys and 32 for 32k and 128k, batch 8 at 4 splits, batch 64 unsplit.
 int choose_splits(const core::KVCacheParams& p, const KvTile& tile, int smem, int sms,
                   int smem_per_sm) {
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
@@ -100,7 +101,7 @@ int choose_splits(const core::KVCacheParams& p, const KvTile& tile, int smem, in
   const int64_t slots = static_cast<int64_t>(sms) * per_sm;
   if (blocks == 0) return 1;
   const int64_t wanted = slots / blocks;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 8,
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 4,
                                                                     kMaxKvSplits})));
 }
 
