@@ -11,6 +11,7 @@
 
 #include "check.hpp"
 #include "cpu_peak.hpp"
+#include "decode.hpp"
 #include "cpu/backend.hpp"
 #include "cpu/tiled/tiled.hpp"
 #include "memory.hpp"
@@ -209,5 +210,6 @@ int main(int argc, char** argv) {
     std::fputs(message.c_str(), help ? stdout : stderr);
     return help ? 0 : 2;
   }
+  if (options.mode == fa_bench::Mode::kDecode) return fa_bench::run_decode(options);
   return fa_bench::run(options);
 }

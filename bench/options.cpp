@@ -15,7 +15,9 @@ const char* usage() {
          "  --direction fwd|bwd\n"
          "  --check        compare with the reference on the same inputs\n"
          "  --json         print one JSON object\n"
-         "  --warmup N --iters N\n";
+         "  --warmup N --iters N\n"
+         "  --mode attention|decode            (decode: forward_kvcache, seqlen_q 1 by default)\n"
+         "  --cache-len N --page-size P --num-splits N   (decode mode)\n";
 }
 
 namespace {
@@ -71,6 +73,17 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       ok = parse_int(v, &o->heads_k);
     } else if (flag == "--seqlen-q") {
       ok = parse_int(v, &o->seqlen_q);
+      o->seqlen_q_given = true;
+    } else if (flag == "--mode") {
+      const std::string m = v;
+      ok = m == "attention" || m == "decode";
+      o->mode = m == "decode" ? Mode::kDecode : Mode::kAttention;
+    } else if (flag == "--cache-len") {
+      ok = parse_int(v, &o->cache_len) && o->cache_len > 0;
+    } else if (flag == "--page-size") {
+      ok = parse_int(v, &o->page_size) && o->page_size >= 0;
+    } else if (flag == "--num-splits") {
+      ok = parse_int(v, &o->num_splits) && o->num_splits >= 0;
     } else if (flag == "--seqlen-k") {
       ok = parse_int(v, &o->seqlen_k);
     } else if (flag == "--hdim") {
@@ -103,6 +116,7 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       return false;
     }
   }
+  if (o->mode == Mode::kDecode && !o->seqlen_q_given) o->seqlen_q = 1;
   if (o->heads_k == 0) o->heads_k = o->heads;
   if (o->seqlen_k == 0) o->seqlen_k = o->seqlen_q;
   return true;

@@ -8,6 +8,9 @@
 namespace fa_bench {
 
 enum class Direction { kForward, kBackward };
+// attention: forward/backward on fresh q, k, v. decode: forward_kvcache over a cache of
+// --cache-len keys per entry (seqlen_q 1 unless given), timed with K/V bandwidth.
+enum class Mode { kAttention, kDecode };
 
 struct Options {
   flashattn::Backend backend = flashattn::Backend::kAuto;
@@ -27,6 +30,12 @@ struct Options {
   bool json = false;
   int warmup = -1;  // -1: a default per backend
   int iters = -1;
+
+  Mode mode = Mode::kAttention;
+  bool seqlen_q_given = false;
+  int cache_len = 4096;  // decode: keys cached per batch entry (the cache is that long)
+  int page_size = 0;     // decode: > 0 pages the cache through a shuffled block table
+  int num_splits = 0;    // decode: 0 lets the library pick, 1 = no split
 };
 
 // Parses argv; on error or --help returns false with the text to print in `message`.

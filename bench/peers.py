@@ -8,6 +8,10 @@ fresh random normals. Each time is the median of triton.testing.do_bench (which 
 L2 cache between calls) after its warm-up. TFLOP/s = 4 b h sq sk d, halved when causal.
 
     python3 bench/peers.py --out peers.json [--hdims 64,128,256] [--seqlens 512,...,16384]
+
+--decode times the decode grid instead: q [b, 32, 1, 128] against K/V [b, 8, N, 128] (GQA,
+enable_gqa=True), b in --decode-batches, N in --decode-cache-lens; each row also reports
+TB/s = bytes of K and V read / time, the number flashattn-bench --mode decode prints.
 """
 import argparse
 import json
@@ -41,6 +45,9 @@ def main():
     ap.add_argument("--flex-seqlens", default="",
                     help="seqlens at which FlexAttention runs (default: all); each new shape "
                          "costs a torch.compile")
+    ap.add_argument("--decode", action="store_true", help="time the decode grid instead")
+    ap.add_argument("--decode-batches", default="1,8,64")
+    ap.add_argument("--decode-cache-lens", default="4096,32768,131072")
     args = ap.parse_args()
 
     import torch
@@ -62,6 +69,9 @@ def main():
 
     def causal_mask(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
+
+    if args.decode:
+        return decode_grid(args, peers, flex)
 
     flex_seqlens = {int(x) for x in args.flex_seqlens.split(",") if x}
     results = []
@@ -101,6 +111,55 @@ def main():
             with open(args.out, "w") as f:  # rewritten each time: a cut-off run keeps its rows
                 json.dump(results, f, indent=1)
         del q, k, v
+    return 0
+
+
+def decode_grid(args, peers, flex):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    heads, heads_k, d = 32, 8, 128
+    results = []
+    device = torch.cuda.get_device_name()
+    for b in [int(x) for x in args.decode_batches.split(",")]:
+        for n in [int(x) for x in args.decode_cache_lens.split(",")]:
+            # One input set (batch 64 x 131072 keys is 34 GB of K and V); do_bench clears L2
+            # between calls.
+            q = torch.randn(b, heads, 1, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, heads_k, n, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(b, heads_k, n, d, device="cuda", dtype=torch.bfloat16)
+            kv_bytes = 2 * b * heads_k * n * d * 2
+            for peer in peers:
+                entry = dict(mode="decode", batch=b, heads=heads, heads_k=heads_k, hdim=d,
+                             seqlen_q=1, cache_len=n, implementation=peer, device=device,
+                             dtype="bf16")
+                try:
+                    start = time.time()
+                    if peer in ("sdpa_flash", "sdpa_cudnn"):
+                        backend = (SDPBackend.FLASH_ATTENTION if peer == "sdpa_flash"
+                                   else SDPBackend.CUDNN_ATTENTION)
+
+                        def fn():
+                            with sdpa_kernel(backend):
+                                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    else:
+                        def fn():
+                            return flex(q, k, v, enable_gqa=True)
+                    fn()
+                    torch.cuda.synchronize()
+                    ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                    entry.update(ms=ms, tbps=kv_bytes / (ms * 1e-3) / 1e12,
+                                 setup_s=round(time.time() - start, 2))
+                except Exception as e:  # reported, not fatal
+                    entry.update(error=f"{type(e).__name__}: {e}"[:300])
+                results.append(entry)
+                print(json.dumps(entry), flush=True)
+                with open(args.out, "w") as f:
+                    json.dump(results, f, indent=1)
+            del q, k, v
+            torch.cuda.empty_cache()
     return 0
 
 

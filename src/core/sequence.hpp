@@ -21,7 +21,7 @@ struct SequenceRows {
 
 FA_HOST_DEVICE SequenceRows sequence_rows(const AttentionParams& params, int b) {
   SequenceRows seq;
-  if (params.is_varlen()) {
+  if (params.cu_seqlens_q != nullptr) {  // is_varlen(), callable from device code
     seq.q_row0 = params.cu_seqlens_q[b];
     seq.k_row0 = params.cu_seqlens_k[b];
     seq.seqlen_q = params.cu_seqlens_q[b + 1] - params.cu_seqlens_q[b];

@@ -56,12 +56,26 @@ Status backward_with_dropout(const Runner& runner) {
   return backward_of(p, runner);
 }
 
-Status kvcache_decode(const Runner& runner) {
-  fa_test::KVCacheProblem p;
-  p.seqlen_new = 1;
+Status kvcache_of(const fa_test::KVCacheProblem& p, const Runner& runner) {
   const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
   fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
   return runner.forward_kvcache(fa_test::kvcache_args(p, inputs, &outputs));
+}
+
+Status kvcache_in_fp32(const Runner& runner) {
+  fa_test::KVCacheProblem p;
+  p.dtype = flashattn::DType::kF32;
+  p.seqlen_new = 1;
+  return kvcache_of(p, runner);
+}
+
+// The cache is read and updated in place, so head dims the kernel cannot zero-fill (not a
+// multiple of 8) have no padded copy to fall back on.
+Status kvcache_odd_head_dim(const Runner& runner) {
+  fa_test::KVCacheProblem p;
+  p.head_dim = 20;
+  p.seqlen_new = 1;
+  return kvcache_of(p, runner);
 }
 
 std::string lowercase(std::string text) {
@@ -89,7 +103,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Refusal{"dropout", "dropout", forward_with_dropout},
                       Refusal{"fp32", "fp32", forward_in_fp32},
                       Refusal{"backward_dropout", "dropout", backward_with_dropout},
-                      Refusal{"kvcache", "kv", kvcache_decode}),
+                      Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32},
+                      Refusal{"kvcache_head_dim", "head dim", kvcache_odd_head_dim}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
 
 }  // namespace

@@ -1,0 +1,155 @@
+#include "decode.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory.hpp"
+
+namespace fa_bench {
+namespace {
+
+using flashattn::DType;
+
+struct DecodeSet {
+  flashattn::KVCacheArgs args;
+};
+
+// Random finite values (bf16: magnitudes in [2^-7, 2^-6), fp16: [1, 1.125), either sign),
+// uploaded in chunks so that a 34 GB cache never needs a host copy of its size. Decode
+// speed does not depend on the values.
+bool fill_random(Memory& memory, void* dst, size_t bytes, std::mt19937& rng) {
+  static std::vector<uint16_t> pattern;
+  if (pattern.empty()) {
+    pattern.resize(size_t(8) << 20);
+    std::uniform_int_distribution<int> mantissa(0, 127);
+    std::uniform_int_distribution<int> sign(0, 1);
+    for (uint16_t& x : pattern) x = uint16_t((sign(rng) << 15) | 0x3c00 | mantissa(rng));
+  }
+  const size_t chunk = pattern.size() * sizeof(uint16_t);
+  for (size_t done = 0; done < bytes; done += chunk) {
+    memory.upload(static_cast<char*>(dst) + done, pattern.data(), std::min(chunk, bytes - done));
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_decode(const Options& o) {
+  using flashattn::Backend;
+  Backend backend = o.backend;
+  if (backend == Backend::kAuto) {
+    backend = flashattn::cuda_available() ? Backend::kCuda : Backend::kCpu;
+  }
+  std::unique_ptr<Memory> memory =
+      backend == Backend::kCuda ? make_cuda_memory() : make_host_memory();
+  if (!memory) {
+    std::fprintf(stderr, "flashattn-bench: --backend cuda needs a CUDA build and a visible GPU\n");
+    return 1;
+  }
+  const DType dtype = o.dtype == "fp16" ? DType::kF16 : (o.dtype == "fp32" ? DType::kF32 : DType::kBF16);
+  const int64_t b = o.batch, h = o.heads, hk = o.heads_k, d = o.hdim, n = o.cache_len,
+                sq = o.seqlen_q;
+  const bool paged = o.page_size > 0;
+  if (paged && n % o.page_size != 0) {
+    std::fprintf(stderr, "flashattn-bench: --cache-len must be a multiple of --page-size\n");
+    return 2;
+  }
+  const size_t element = flashattn::dtype_size(dtype);
+  const size_t kv_bytes = size_t(2) * b * n * hk * d * element;  // K and V, read once each
+  // Enough sets that cycling through them does not run from L2, at most 16, one when a set
+  // alone is larger than the cache several times over.
+  const size_t l2 = memory->cache_bytes();
+  const int sets_needed =
+      static_cast<int>(std::clamp<size_t>(l2 == 0 ? 1 : (4 * l2 + kv_bytes - 1) / kv_bytes, 1, 16));
+
+  const flashattn::Device device = memory->device();
+  std::mt19937 rng(20261130);
+  auto tensor = [&](std::initializer_list<int64_t> shape, DType type, bool random) {
+    size_t count = 1;
+    for (int64_t s : shape) count *= static_cast<size_t>(s);
+    void* data = memory->allocate(count * flashattn::dtype_size(type));
+    if (data != nullptr && random) fill_random(*memory, data, count * flashattn::dtype_size(type), rng);
+    return flashattn::make_tensor(data, type, shape, device);
+  };
+  auto int_tensor = [&](const std::vector<int32_t>& values, std::initializer_list<int64_t> shape) {
+    void* data = memory->allocate(values.size() * sizeof(int32_t));
+    if (data != nullptr) memory->upload(data, values.data(), values.size() * sizeof(int32_t));
+    return flashattn::make_tensor(data, DType::kI32, shape, device);
+  };
+
+  std::vector<DecodeSet> sets(static_cast<size_t>(sets_needed));
+  const int64_t pages_per_entry = paged ? n / o.page_size : 0;
+  for (DecodeSet& set : sets) {
+    flashattn::KVCacheArgs& a = set.args;
+    a.q = tensor({b, sq, h, d}, dtype, true);
+    if (paged) {
+      a.k_cache = tensor({b * pages_per_entry, o.page_size, hk, d}, dtype, true);
+      a.v_cache = tensor({b * pages_per_entry, o.page_size, hk, d}, dtype, true);
+      std::vector<int32_t> pages(static_cast<size_t>(b * pages_per_entry));
+      std::iota(pages.begin(), pages.end(), 0);
+      std::shuffle(pages.begin(), pages.end(), rng);
+      a.block_table = int_tensor(pages, {b, pages_per_entry});
+    } else {
+      a.k_cache = tensor({b, n, hk, d}, dtype, true);
+      a.v_cache = tensor({b, n, hk, d}, dtype, true);
+    }
+    a.cache_seqlens = int_tensor(std::vector<int32_t>(static_cast<size_t>(b), int32_t(n)), {b});
+    a.num_splits = o.num_splits;
+    a.out = tensor({b, sq, h, d}, dtype, false);
+    a.lse = tensor({b, h, sq}, DType::kF32, false);
+    a.options.causal = o.causal;
+    if (a.q.data == nullptr || a.k_cache.data == nullptr || a.v_cache.data == nullptr ||
+        a.out.data == nullptr || a.lse.data == nullptr) {
+      std::fprintf(stderr, "flashattn-bench: out of memory for the decode buffers\n");
+      return 1;
+    }
+  }
+
+  flashattn::Launch launch{backend, memory->stream(), nullptr, 0};
+  size_t workspace = 0;
+  flashattn::Status status = flashattn::workspace_size(sets[0].args, backend, &workspace);
+  if (!status.ok()) {
+    std::fprintf(stderr, "flashattn-bench: workspace size: %s\n", status.message().c_str());
+    return 1;
+  }
+  if (workspace > 0) {
+    launch.workspace = memory->allocate(workspace);
+    launch.workspace_bytes = workspace;
+  }
+  const bool slow = backend != Backend::kCuda;
+  const int warmup = o.warmup >= 0 ? o.warmup : (slow ? 1 : 10);
+  const int iters = o.iters > 0 ? o.iters : (slow ? 3 : 50);
+  std::vector<double> ms = memory->time(
+      [&](int i) { return flashattn::forward_kvcache(sets[size_t(i) % sets.size()].args, launch); },
+      warmup, iters, &status);
+  if (!status.ok()) {
+    std::fprintf(stderr, "flashattn-bench: forward_kvcache: %s (%s)\n", status.message().c_str(),
+                 flashattn::to_string(status.code()));
+    return 1;
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  const double tbps = kv_bytes / (median * 1e-3) / 1e12;
+  double flops = 4.0 * b * h * sq * n * d;
+  if (o.causal) flops -= 2.0 * b * h * sq * (sq - 1) * d;  // rows i see n - sq + 1 + i keys
+  const double tflops = flops / (median * 1e-3) / 1e12;
+  std::printf("{\"mode\": \"decode\", \"backend\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+              "\"batch\": %lld, \"heads\": %lld, \"heads_k\": %lld, \"seqlen_q\": %lld, "
+              "\"cache_len\": %lld, \"hdim\": %lld, \"page_size\": %d, \"num_splits\": %d, "
+              "\"causal\": %s, \"ms\": %.6f, \"ms_min\": %.6f, \"iters\": %zu, \"buffer_sets\": %zu, "
+              "\"kv_bytes\": %zu, \"tbps\": %.4f, \"tflops\": %.4f}\n",
+              flashattn::to_string(backend), memory->device_name().c_str(),
+              flashattn::to_string(dtype), (long long)b, (long long)h, (long long)hk,
+              (long long)sq, (long long)n, (long long)d, o.page_size, o.num_splits,
+              o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(), kv_bytes,
+              tbps, tflops);
+  return 0;
+}
+
+}  // namespace fa_bench

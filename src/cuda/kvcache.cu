@@ -1,0 +1,249 @@
+// The CUDA KV-cache call: the plan (shared by check_kvcache, the workspace query and the run,
+// so they never disagree), then on the caller's stream: append (+ rotary) into the cache, the
+// staged query when needed, the attention kernel over the updated cache, and the split-KV
+// combine.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/backend.hpp"
+#include "cuda/check.hpp"
+#include "cuda/forward_plan.hpp"
+#include "cuda/kvcache_prep.hpp"
+#include "cuda/kvcache_tuning.hpp"
+#include "cuda/operand_traits.hpp"
+#include "cuda/sm80/kv_launch.hpp"
+
+namespace flashattn::cuda {
+namespace {
+
+Status unsupported(const std::string& what) {
+  return Status(StatusCode::kUnsupported, "CUDA KV cache: " + what);
+}
+
+constexpr uint64_t kAlign = 256;
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+struct KvPlan {
+  int head_dim = 0;  // compiled head dim
+  bool decode = false;
+  // A contiguous cache read from row b with no leftpad is, for many packed rows, exactly the
+  // forward's problem with seqused_k = cache_seqlens + appended: the forward kernel runs it.
+  bool forward_kernel = false;
+  bool stage_q = false;  // q goes through an aligned (rotated) copy in the workspace
+  int num_splits = 1;
+  uint64_t q_bytes = 0;
+  uint64_t partial_out_bytes = 0;
+  uint64_t partial_lse_bytes = 0;
+  uint64_t used_keys_bytes = 0;  // int32 [batch] seqused_k of the forward kernel
+
+  uint64_t workspace_bytes() const {
+    return q_bytes + partial_out_bytes + partial_lse_bytes + used_keys_bytes;
+  }
+};
+
+int kernel_smem_bytes(core::ElementType dtype, int head_dim, bool decode) {
+#define FA_KV_KERNEL(family, type, hdim)                                   \
+  if (dtype == element_type_of<type>() && head_dim == hdim) {              \
+    return family::kvcache_smem_bytes<type, hdim>(decode);                 \
+  }
+#include "cuda/instantiations/kv_list.inc"
+#undef FA_KV_KERNEL
+  return 0;
+}
+
+Status run_kernel(const core::KVCacheParams& p, int head_dim, const sm80::KvLaunch& launch,
+                  cudaStream_t stream) {
+#define FA_KV_KERNEL(family, type, hdim)                                   \
+  if (p.dtype == element_type_of<type>() && head_dim == hdim) {            \
+    return family::run_kvcache<type, hdim>(p, launch, stream);             \
+  }
+#include "cuda/instantiations/kv_list.inc"
+#undef FA_KV_KERNEL
+  return Status(StatusCode::kInternal,
+                "CUDA KV cache: no kernel for head dim " + std::to_string(head_dim));
+}
+
+// The staged query: [batch, seqlen_q, nheads, head_dim] at the start of the workspace.
+core::Operand staged_q(const core::KVCacheParams& p, void* workspace) {
+  core::Operand q;
+  q.ptr = workspace;
+  q.head_stride = p.head_dim;
+  q.row_stride = static_cast<int64_t>(p.nheads) * p.head_dim;
+  q.batch_stride = q.row_stride * p.seqlen_q;
+  return q;
+}
+
+bool cache_aligned(const core::Operand& cache) {
+  return reinterpret_cast<uintptr_t>(cache.ptr) % 16 == 0 && cache.row_stride % 8 == 0 &&
+         cache.head_stride % 8 == 0 && cache.batch_stride % 8 == 0;
+}
+
+// num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
+// is chosen from the cache capacity (cache_seqlens may live on the device, and reading it
+// would synchronize): as many splits as fit one wave of resident blocks (a second, partial
+// wave costs more than it gains), each split at least 4 key blocks long (shorter ones spend
+// more on filling the pipeline and on the combine than they gain). Measured on an H200
+// (bench/RESULTS.md, bf16, 32/8 heads, d = 128, 2 decode blocks per SM): batch 1 peaks at
+// 16 splits for 4k keys and 32 for 32k and 128k, batch 8 at 4 splits, batch 64 unsplit.
+int choose_splits(const core::KVCacheParams& p, const KvTile& tile, int smem, int sms,
+                  int smem_per_sm) {
+  const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
+  const int64_t blocks =
+      static_cast<int64_t>((packed_rows + tile.block_m - 1) / tile.block_m) * p.nheads_k *
+      p.batch;
+  const int key_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
+  if (p.num_splits >= 1) return std::max(1, std::min({p.num_splits, key_blocks, kMaxKvSplits}));
+  const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
+  const int64_t slots = static_cast<int64_t>(sms) * per_sm;
+  if (blocks == 0) return 1;
+  const int64_t wanted = slots / blocks;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 4,
+                                                                    kMaxKvSplits})));
+}
+
+Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
+  *plan = KvPlan{};
+  if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
+    return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
+  }
+  if (p.head_dim_v != p.head_dim) {
+    return unsupported("v_cache: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
+                       ", got " + std::to_string(p.head_dim_v));
+  }
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) {
+    return unsupported("q: expected a head dim that is a multiple of 8 in [8, 256], got " +
+                       std::to_string(p.head_dim));
+  }
+  if (p.has_dropout()) {
+    return unsupported("dropout_p: expected 0 with a KV cache, got " + std::to_string(p.dropout_p));
+  }
+  if (p.nheads_k > 65535 || p.batch > 65535) {
+    return unsupported("q: expected batch and nheads_k <= 65535, got batch=" +
+                       std::to_string(p.batch) + " nheads_k=" + std::to_string(p.nheads_k));
+  }
+  if (!cache_aligned(p.k) || !cache_aligned(p.v)) {
+    return unsupported("k_cache/v_cache: expected 16-byte aligned data with strides that are "
+                       "multiples of 8 elements (the cache is read in place)");
+  }
+  int major = 0, sms = 0, smem_optin = 0, smem_per_sm = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
+      &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  if (major < 8) {
+    return unsupported("device " + std::to_string(device) +
+                       ": expected compute capability >= 8.0, got " + std::to_string(major));
+  }
+  plan->head_dim = kv_kernel_head_dim(p.head_dim);
+  const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
+  plan->decode = packed_rows <= kKvDecodeMaxRows;
+  const int smem = kernel_smem_bytes(p.dtype, plan->head_dim, plan->decode);
+  if (smem == 0) {
+    return unsupported("no kernel compiled for head dim " + std::to_string(plan->head_dim));
+  }
+  if (smem > smem_optin) {
+    return unsupported("head dim " + std::to_string(plan->head_dim) + " needs " +
+                       std::to_string(smem) + " bytes of shared memory per block, device " +
+                       std::to_string(device) + " has " + std::to_string(smem_optin));
+  }
+  const uint64_t rows = static_cast<uint64_t>(p.batch) * p.nheads * p.seqlen_q;
+  const uint64_t element = 2;
+  plan->stage_q = p.rotary_cos != nullptr || !aligned_for_kernels(p.q, false);
+  if (plan->stage_q) plan->q_bytes = aligned(rows * p.head_dim * element);
+  if (!plan->decode && !p.is_paged() && p.cache_batch_idx == nullptr &&
+      p.cache_leftpad == nullptr && aligned_for_kernels(p.out, false)) {
+    FwdPlan forward_plan;
+    core::AttentionParams as_forward = p;
+    if (plan->stage_q) as_forward.q = staged_q(p, nullptr);
+    const bool runs = choose_kernel(as_forward, device, &forward_plan).ok();
+    plan->forward_kernel = runs && !forward_plan.padded;
+  }
+  if (plan->forward_kernel) {
+    plan->used_keys_bytes = aligned(static_cast<uint64_t>(p.batch) * sizeof(int32_t));
+    return Status::Ok();
+  }
+  const KvTile tile =
+      plan->decode ? kv_decode_tile(plan->head_dim) : kv_prefill_tile(plan->head_dim);
+  plan->num_splits = choose_splits(p, tile, smem, sms, smem_per_sm);
+  if (plan->num_splits > 1) {
+    plan->partial_out_bytes = aligned(plan->num_splits * rows * p.head_dim * sizeof(float));
+    plan->partial_lse_bytes = aligned(plan->num_splits * rows * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+Status current_plan(const core::KVCacheParams& p, KvPlan* plan) {
+  int device = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return choose_plan(p, device, plan);
+}
+
+}  // namespace
+
+Status check_kvcache(const core::KVCacheParams& params, int device) {
+  KvPlan plan;
+  return choose_plan(params, device, &plan);
+}
+
+size_t kvcache_workspace_size(const core::KVCacheParams& params) {
+  KvPlan plan;
+  if (!current_plan(params, &plan).ok()) {
+    cudaGetLastError();
+    return 0;
+  }
+  return plan.workspace_bytes();
+}
+
+Status forward_kvcache(const core::KVCacheParams& params, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  KvPlan plan;
+  const Status chosen = current_plan(params, &plan);
+  if (!chosen.ok()) return chosen;
+  if (plan.workspace_bytes() > 0 &&
+      (params.workspace == nullptr || params.workspace_bytes < plan.workspace_bytes())) {
+    return Status(StatusCode::kInvalidArgument,
+                  "launch.workspace: expected " + std::to_string(plan.workspace_bytes()) +
+                      " bytes for the KV-cache call, got " +
+                      std::to_string(params.workspace == nullptr ? 0 : params.workspace_bytes));
+  }
+  if (params.batch == 0) return Status::Ok();
+  const Status appended = launch_append(params, stream);
+  if (!appended.ok()) return appended;
+  if (params.seqlen_q == 0 || params.nheads == 0) return Status::Ok();
+
+  unsigned char* workspace = static_cast<unsigned char*>(params.workspace);
+  core::KVCacheParams p = params;
+  if (plan.stage_q) {
+    const Status staged = launch_stage_q(params, workspace, stream);
+    if (!staged.ok()) return staged;
+    p.q = staged_q(p, workspace);
+    p.rotary_cos = p.rotary_sin = nullptr;
+  }
+  if (plan.forward_kernel) {
+    int32_t* used_keys = reinterpret_cast<int32_t*>(workspace + plan.q_bytes);
+    const Status counted = launch_used_keys(p, used_keys, stream);
+    if (!counted.ok()) return counted;
+    core::AttentionParams as_forward = p;
+    as_forward.seqused_k = used_keys;
+    return forward(as_forward, nullptr, stream);
+  }
+  sm80::KvLaunch launch;
+  launch.decode = plan.decode;
+  launch.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    launch.partial_out = reinterpret_cast<float*>(workspace + plan.q_bytes);
+    launch.partial_lse =
+        reinterpret_cast<float*>(workspace + plan.q_bytes + plan.partial_out_bytes);
+  }
+  const Status ran = run_kernel(p, plan.head_dim, launch, stream);
+  if (!ran.ok() || plan.num_splits == 1) return ran;
+  return launch_combine(p, plan.num_splits, launch.partial_out, launch.partial_lse, stream);
+}
+
+}  // namespace flashattn::cuda

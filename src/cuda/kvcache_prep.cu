@@ -1,0 +1,182 @@
+#include "cuda/kvcache_prep.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/sequence.hpp"
+#include "core/softmax_state.hpp"
+#include "cuda/check.hpp"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// Element c of row `x` rotated to absolute position `position` (SPEC.md: pairs (2i, 2i+1)
+// when interleaved, (i, i + rotary_dim/2) otherwise). Computed in double and rounded once,
+// as the reference does: the appended keys are then bit-identical to its cache.
+template <class T>
+__device__ double rotated(const core::KVCacheParams& p, const T* x, int c, int position) {
+  const double value = static_cast<double>(static_cast<float>(x[c]));
+  if (p.rotary_cos == nullptr || c >= p.rotary_dim) return value;
+  const int half = p.rotary_dim / 2;
+  int i, first, second;
+  if (p.rotary_interleaved) {
+    i = c / 2;
+    first = c & ~1;
+    second = c | 1;
+  } else {
+    i = c < half ? c : c - half;
+    first = i;
+    second = i + half;
+  }
+  const int64_t at = static_cast<int64_t>(position) * p.rotary_row_stride + i;
+  const double cs = static_cast<float>(static_cast<const T*>(p.rotary_cos)[at]);
+  const double sn = static_cast<float>(static_cast<const T*>(p.rotary_sin)[at]);
+  const double x0 = static_cast<float>(x[first]);
+  const double x1 = static_cast<float>(x[second]);
+  return c == first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+}
+
+// Block (b * seqlen_new + t, kv head): one appended row of K and of V.
+template <class T>
+__global__ void append_kernel(const __grid_constant__ core::KVCacheParams p) {
+  const int b = blockIdx.x / p.seqlen_new;
+  const int t = blockIdx.x % p.seqlen_new;
+  const int hk = blockIdx.y;
+  const int position = p.cache_seqlens[b] + t;
+  int64_t k_dst, v_dst;
+  if (p.block_table != nullptr) {
+    const int64_t page = p.block_table[b * p.block_table_batch_stride + position / p.page_size];
+    const int in_page = position % p.page_size;
+    k_dst = page * p.k.batch_stride + in_page * p.k.row_stride + hk * p.k.head_stride;
+    v_dst = page * p.v.batch_stride + in_page * p.v.row_stride + hk * p.v.head_stride;
+  } else {
+    const int64_t row = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
+    k_dst = core::element_offset(p.k, row, position, hk);
+    v_dst = core::element_offset(p.v, row, position, hk);
+  }
+  const T* k_src = static_cast<const T*>(p.k_new.ptr) + core::element_offset(p.k_new, b, t, hk);
+  const T* v_src = static_cast<const T*>(p.v_new.ptr) + core::element_offset(p.v_new, b, t, hk);
+  T* k_cache = static_cast<T*>(p.k.ptr) + k_dst;
+  T* v_cache = static_cast<T*>(p.v.ptr) + v_dst;
+  // Every thread reads its pair before any thread writes: k_new may not alias the cache
+  // (the API's inputs are distinct tensors), so one pass is enough.
+  for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
+    k_cache[c] = static_cast<T>(static_cast<float>(rotated(p, k_src, c, position)));
+  }
+  for (int c = threadIdx.x; c < p.head_dim_v; c += blockDim.x) v_cache[c] = v_src[c];
+}
+
+// Block (b * seqlen_q + i, head): query row i at its rotary position (FlashAttention-2: every
+// row at cache_seqlens[b] unless a causal or window mask sets row i at + i).
+template <class T>
+__global__ void stage_q_kernel(const __grid_constant__ core::KVCacheParams p, T* staged) {
+  const int b = blockIdx.x / p.seqlen_q;
+  const int i = blockIdx.x % p.seqlen_q;
+  const int h = blockIdx.y;
+  const bool positional = p.window_left >= 0 || p.window_right >= 0;  // causal included
+  const int position = p.cache_seqlens[b] + (positional ? i : 0);
+  const T* src = static_cast<const T*>(p.q.ptr) + core::element_offset(p.q, b, i, h);
+  T* dst = staged + ((static_cast<int64_t>(b) * p.seqlen_q + i) * p.nheads + h) * p.head_dim;
+  for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
+    dst[c] = static_cast<T>(static_cast<float>(rotated(p, src, c, position)));
+  }
+}
+
+__global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int batch,
+                                 int32_t* used_keys) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < batch) used_keys[b] = cache_seqlens[b] + appended;
+}
+
+// One block per (b, h, i) row: the splits' lse merged by a tree of core::log_add_exp, their
+// weights exp(lse_s - lse) (core::merge_weight) in shared memory, then each thread sums its
+// columns over the splits, the loads of several splits in flight at once.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,
+                   const float* partial_out, const float* partial_lse) {
+  static_assert(kMaxKvSplits <= kThreads, "one thread per split");
+  __shared__ float merged[kThreads];
+  __shared__ float weight[kThreads];
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
+  const int64_t row = blockIdx.x;
+  const int t = threadIdx.x;
+  const float part_lse = t < num_splits ? partial_lse[t * rows + row] : -INFINITY;
+  merged[t] = part_lse;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) merged[t] = core::log_add_exp(merged[t], merged[t + stride]);
+    __syncthreads();
+  }
+  const float total = merged[0];
+  weight[t] = core::merge_weight(part_lse, total);
+  __syncthreads();
+
+  const int i = static_cast<int>(row % p.seqlen_q);
+  const int h = static_cast<int>((row / p.seqlen_q) % p.nheads);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.nheads));
+  T* out = static_cast<T*>(p.out.ptr) + core::element_offset(p.out, b, i, h);
+  const float* part = partial_out + row * p.head_dim;
+  const int64_t split_stride = rows * p.head_dim;
+  for (int c = t; c < p.head_dim; c += kThreads) {
+    float acc = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < num_splits; ++s) acc += weight[s] * part[s * split_stride + c];
+    out[c] = static_cast<T>(acc);
+  }
+  if (p.lse != nullptr && t == 0) {
+    p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = total;
+  }
+}
+
+template <class Launch>
+Status by_dtype(const core::KVCacheParams& p, Launch launch) {
+  if (p.dtype == core::ElementType::kF16) return launch(__half{});
+  return launch(__nv_bfloat16{});
+}
+
+}  // namespace
+
+Status launch_append(const core::KVCacheParams& p, cudaStream_t stream) {
+  if (p.k_new.ptr == nullptr || p.seqlen_new == 0 || p.batch == 0) return Status::Ok();
+  return by_dtype(p, [&](auto zero) {
+    using T = decltype(zero);
+    append_kernel<T><<<dim3(p.batch * p.seqlen_new, p.nheads_k), kThreads, 0, stream>>>(p);
+    return cuda_status(cudaGetLastError(), "launching the KV-cache append kernel");
+  });
+}
+
+Status launch_stage_q(const core::KVCacheParams& p, void* staged, cudaStream_t stream) {
+  if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();
+  return by_dtype(p, [&](auto zero) {
+    using T = decltype(zero);
+    stage_q_kernel<T><<<dim3(p.batch * p.seqlen_q, p.nheads), kThreads, 0, stream>>>(
+        p, static_cast<T*>(staged));
+    return cuda_status(cudaGetLastError(), "launching the KV-cache query staging kernel");
+  });
+}
+
+Status launch_used_keys(const core::KVCacheParams& p, int32_t* used_keys, cudaStream_t stream) {
+  const int appended = p.k_new.ptr != nullptr ? p.seqlen_new : 0;
+  used_keys_kernel<<<(p.batch + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      p.cache_seqlens, appended, p.batch, used_keys);
+  return cuda_status(cudaGetLastError(), "launching the KV-cache key count kernel");
+}
+
+Status launch_combine(const core::KVCacheParams& p, int num_splits, const float* partial_out,
+                      const float* partial_lse, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
+  if (rows == 0) return Status::Ok();
+  return by_dtype(p, [&](auto zero) {
+    using T = decltype(zero);
+    combine_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        p, num_splits, partial_out, partial_lse);
+    return cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
+  });
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,70 @@
+// The KV-cache attention kernel's tiles, readable from host and device. Two shapes per head
+// dim: a decode tile (few packed query rows: 16 rows, the key block split among 4 warps, a
+// deep cp.async ring so that the memory system always has K/V in flight) and a prefill tile
+// (many rows: the forward's 128 x 64 shape, each warp its own rows).
+#pragma once
+
+namespace flashattn::cuda {
+
+// Packed query rows per block, warps along the rows and along the keys, keys per pipeline
+// stage (shared by the key-warps), pipeline stages (>= 2: blocks prefetched stages-1 ahead).
+struct KvTile {
+  int block_m;
+  int warps_m;
+  int warps_n;
+  int block_n;
+  int stages;
+};
+
+// Compiled head dims: a call with d <= 256, d % 8 == 0 runs the next one up, its extra
+// columns zero-filled on load and never stored (the cache is updated in place, so the
+// forward's padded copy is not an option).
+inline constexpr int kKvHeadDims[] = {64, 128, 256};
+
+constexpr int kv_kernel_head_dim(int head_dim) {
+  for (int d : kKvHeadDims) {
+    if (head_dim <= d) return d;
+  }
+  return 0;
+}
+
+// Decode: 16 packed rows (a GQA group of up to 16 heads at seqlen_q = 1) against 64 keys per
+// stage, 16 per warp. The ring is as deep as two blocks per SM allow (d = 128: 3 stages of
+// 32 KiB, 100 KiB per block).
+constexpr KvTile kv_decode_tile(int head_dim) {
+  return {16, 1, 4, 64, head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2)};
+}
+
+constexpr KvTile kv_prefill_tile(int head_dim) {
+  return head_dim <= 128 ? KvTile{128, 4, 1, 64, 2} : KvTile{64, 4, 1, 64, 2};
+}
+
+// Packed rows up to which a call uses the decode tile (two decode blocks per KV head still
+// read K/V fewer times, through L2, than one mostly empty prefill block costs in compute).
+inline constexpr int kKvDecodeMaxRows = 32;
+
+constexpr int kv_smem_bytes(int head_dim, KvTile t) {
+  return (t.block_m + 2 * t.stages * t.block_n) * head_dim * 2;
+}
+
+// The epilogue reuses the tile memory for the fp32 partial outputs of the key-warps and their
+// row statistics.
+constexpr int kv_epilogue_bytes(int head_dim, KvTile t) {
+  return t.warps_n * t.block_m * (head_dim + 3) * 4;  // rows of d + 1, max, sum
+}
+
+constexpr bool kv_tile_valid(int head_dim, KvTile t) {
+  return t.warps_m * t.warps_n == 4 && t.block_m % (16 * t.warps_m) == 0 &&
+         t.block_n % (16 * t.warps_n) == 0 && head_dim % 64 == 0 && t.stages >= 2 &&
+         kv_epilogue_bytes(head_dim, t) <= kv_smem_bytes(head_dim, t) &&
+         kv_smem_bytes(head_dim, t) <= 227 * 1024;
+}
+
+static_assert(kv_tile_valid(64, kv_decode_tile(64)) && kv_tile_valid(128, kv_decode_tile(128)) &&
+                  kv_tile_valid(256, kv_decode_tile(256)) &&
+                  kv_tile_valid(64, kv_prefill_tile(64)) &&
+                  kv_tile_valid(128, kv_prefill_tile(128)) &&
+                  kv_tile_valid(256, kv_prefill_tile(256)),
+              "a KV-cache tile is invalid");
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,367 @@
+// The KV-cache attention kernel on mma.sync (sm_80 and newer): flash_attn_with_kvcache after
+// the append (kv_prep.cu), over the updated cache.
+//
+// Grid: (query block x split, KV head, batch entry). A block owns block_m packed query rows
+// (kv_rows.cuh: the query heads of one KV head side by side) and one split of the key blocks
+// those rows see. Warps form a warps_m x warps_n grid: a warp owns block_m / warps_m rows and
+// block_n / warps_n keys of every key block, with its own output accumulator and running
+// softmax (fwd_softmax.cuh). Decode uses 1 x 4 (16 rows, 16 keys per warp per block: the tensor
+// work per K/V byte stays low enough for memory speed), prefill 4 x 1 (the forward's shape).
+//
+// Mainloop: a ring of `stages` K/V buffers filled by cp.async stages-1 blocks ahead, one
+// barrier per block. Per block: S = Q K^T, softcap, ALiBi (per row: rows are different heads),
+// the visibility mask on blocks that need it, online softmax, O += P V (fwd_gemm.cuh).
+//
+// Epilogue: every warp puts its unnormalized output and row statistics in shared memory
+// (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes
+// and writes out (+ lse), or with split-KV the fp32 partial output and lse of its split for
+// the combine kernel (kv_prep.cu).
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/mask.hpp"
+#include "core/params.hpp"
+#include "cuda/kvcache_tuning.hpp"
+#include "cuda/prim/cp_async.cuh"
+#include "cuda/prim/math.cuh"
+#include "cuda/sm80/fwd_gemm.cuh"
+#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/sm80/fwd_softmax.cuh"
+#include "cuda/sm80/kv_rows.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// What one launch adds to the params: the split count and, when it is > 1, where the splits
+// leave their partial results ([split][batch][head][query][d] and [split][batch][head][query]).
+struct KvRun {
+  FwdScores sc;
+  int num_splits;
+  float* partial_out;
+  float* partial_lse;
+};
+
+template <int D, class TileT>
+struct KvShape {
+  static constexpr KvTile kTile = TileT::value;
+  static_assert(kv_tile_valid(D, kTile), "invalid KV-cache tile");
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarpsM = kTile.warps_m;
+  static constexpr int kWarpsN = kTile.warps_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpRows = kBlockM / kWarpsM;
+  static constexpr int kWarpKeys = kBlockN / kWarpsN;
+  static constexpr int kMT = kWarpRows / 16;
+  static constexpr int kNT = kWarpKeys / 8;
+  static constexpr int kDT = D / 8;
+  using QTile = SmemTile<kBlockM, D>;
+  using KVTile = SmemTile<kBlockN, D>;
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+  static_assert(kSmemBytes == kv_smem_bytes(D, kTile), "smem size disagrees with the table");
+};
+
+template <class T, int D, class TileT>
+__global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
+    kv_kernel(const __grid_constant__ core::KVCacheParams p, const KvRun run) {
+  using S = KvShape<D, TileT>;
+  using QTile = typename S::QTile;
+  using KVTile = typename S::KVTile;
+  constexpr int kMT = S::kMT, kNT = S::kNT, kDT = S::kDT, kBlockN = S::kBlockN,
+                kBlockM = S::kBlockM;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int split = blockIdx.x % run.num_splits;
+  const int m0 = (blockIdx.x / run.num_splits) * kBlockM;
+  const KvRows rows(p, blockIdx.z, blockIdx.y);
+  const int packed_rows = rows.packed_rows();
+  if (m0 >= packed_rows) return;
+  const int block_rows = min(kBlockM, packed_rows - m0);
+
+  // The key blocks of this split: the blocks the tile's queries see, cut into equal runs.
+  const FwdMask mask{rows.seqlen_q, rows.seqlen_k, p.window_left, p.window_right};
+  const int first_query = rows.query(m0);
+  const int last_query = rows.query(m0 + block_rows - 1);
+  const KeyBlocks kb = mask.blocks(first_query, last_query - first_query + 1, kBlockN);
+  const int per_split = (kb.end - kb.begin + run.num_splits - 1) / run.num_splits;
+  const int n_begin = min(kb.begin + split * per_split, kb.end);
+  const int n_end = min(n_begin + per_split, kb.end);
+
+  const uint32_t q_smem = prim::smem_addr(smem);
+  const uint32_t kv_smem = q_smem + QTile::kBytes;
+  auto k_buffer = [&](int i) { return kv_smem + i * KVTile::kBytes; };
+  auto v_buffer = [&](int i) { return kv_smem + (S::kStages + i) * KVTile::kBytes; };
+  const int chunks_valid = p.head_dim / 8;
+
+  // A paged cache's page of each row this thread copies is read one key block ahead, so
+  // the block_table loads are in flight during the compute of a block, not in the path of
+  // the next copy.
+  using KVRows = block::CopyRows<kBlockN, D, S::kThreads>;
+  const bool paged = p.block_table != nullptr;
+  int pages[KVRows::kCount];
+  auto fetch_pages = [&](int n) {
+#pragma unroll
+    for (int i = 0; i < KVRows::kCount; ++i) {
+      const int key = n * kBlockN + KVRows::row(tid, i);
+      pages[i] = key < rows.seqlen_k ? rows.page_of(p, key) : 0;
+    }
+  };
+  const T* const kv_base[2] = {static_cast<const T*>(p.k.ptr), static_cast<const T*>(p.v.ptr)};
+  auto load_kv = [&](int n, int buffer) {
+    const int key0 = n * kBlockN;
+    const uint32_t dst[2] = {k_buffer(buffer), v_buffer(buffer)};
+    block::copy_rows_async<kBlockN, D, S::kThreads, 2>(
+        dst, kv_base,
+        [&](int i, int r, bool valid, int64_t(&offset)[2]) {
+          if (!valid) {
+            offset[0] = offset[1] = 0;
+          } else if (paged) {
+            offset[0] = rows.paged_offset(p, p.k, key0 + r, pages[i]);
+            offset[1] = rows.paged_offset(p, p.v, key0 + r, pages[i]);
+          } else {
+            offset[0] = rows.key_offset(p.k, key0 + r);
+            offset[1] = rows.key_offset(p.v, key0 + r);
+          }
+        },
+        rows.seqlen_k - key0, chunks_valid, tid);
+    if (paged) fetch_pages(n + 1);
+  };
+
+  const int warp_m = warp / S::kWarpsN;
+  const int warp_n = warp % S::kWarpsN;
+  const int warp_row0 = warp_m * S::kWarpRows;
+  const int warp_key0 = warp_n * S::kWarpKeys;
+  const warp::LaneOffsets<QTile, KVTile> lanes(lane);
+  const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
+  const uint32_t kv_warp_offset = KVTile::fixed_offset(warp_key0, 0) * 2;
+
+  // The rows this thread holds (half 0 and 1 of each row tile): their query and ALiBi slope
+  // (each packed row is its own head).
+  int row_query[kMT][2];
+  float row_alibi[kMT][2];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int packed = min(m0 + warp_row0 + 16 * m + 8 * half + lane / 4, packed_rows - 1);
+      row_query[m][half] = rows.query(packed);
+      row_alibi[m][half] =
+          p.alibi_slopes == nullptr
+              ? 0.f
+              : p.alibi_slopes[rows.b * p.alibi_batch_stride + rows.head(packed)] / run.sc.unit;
+    }
+  }
+
+  float o[kMT][kDT][4];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int d = 0; d < kDT; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
+    }
+  }
+  RowSoftmax<kMT> softmax;
+  softmax.init();
+
+  auto step = [&](auto masked, int n, int buffer) {
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][j][e] = 0.f;
+      }
+    }
+    warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
+                                                   k_buffer(buffer) + kv_warp_offset, lanes);
+    if (run.sc.softcap_pre != 0.f) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * run.sc.softcap_pre);
+          }
+        }
+      }
+    }
+    const int col0 = n * kBlockN + warp_key0 + 2 * (lane % 4);
+    if (p.alibi_slopes != nullptr) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int diagonal = row_query[m][half] + rows.seqlen_k - rows.seqlen_q;
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
+              s[m][j][2 * half + e] -= row_alibi[m][half] * distance;
+            }
+          }
+        }
+      }
+    }
+    if constexpr (std::decay_t<decltype(masked)>::value) {
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const core::KeyRange r = mask.keys(row_query[m][half]);
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = col0 + 8 * j + e;
+              if (col < r.begin || col >= r.end) s[m][j][2 * half + e] = -CUDART_INF_F;
+            }
+          }
+        }
+      }
+    }
+    softmax.update(s, o, run.sc.log2_unit);
+    warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
+                                                     lanes);
+  };
+
+  // Prologue: Q, then the first stages-1 key blocks, one commit group each.
+  {
+    const uint32_t dst[1] = {q_smem};
+    const T* const q_base[1] = {static_cast<const T*>(p.q.ptr)};
+    block::copy_rows_async<kBlockM, D, S::kThreads, 1>(
+        dst, q_base,
+        [&](int, int r, bool valid, int64_t(&offset)[1]) {
+          offset[0] = valid ? rows.query_offset(p.q, m0 + r) : 0;
+        },
+        block_rows, chunks_valid, tid);
+    prim::thread::cp_async_commit();
+  }
+  const int blocks = n_end - n_begin;
+  if (paged) fetch_pages(n_begin);
+#pragma unroll
+  for (int i = 0; i < S::kStages - 1; ++i) {
+    if (i < blocks) load_kv(n_begin + i, i);
+    prim::thread::cp_async_commit();
+  }
+
+  constexpr std::true_type masked{};
+  constexpr std::false_type unmasked{};
+  for (int it = 0; it < blocks; ++it) {
+    prim::thread::cp_async_wait<S::kStages - 2>();
+    __syncthreads();  // block `it` landed; every warp is done with the buffer refilled next
+    const int ahead = it + S::kStages - 1;
+    if (ahead < blocks) load_kv(n_begin + ahead, ahead % S::kStages);
+    prim::thread::cp_async_commit();
+    const int n = n_begin + it;
+    if (n >= kb.unmasked_end || n < kb.unmasked_begin) {
+      step(masked, n, it % S::kStages);
+    } else {
+      step(unmasked, n, it % S::kStages);
+    }
+  }
+
+  // Epilogue: per key-warp outputs and statistics into shared memory.
+  prim::thread::cp_async_wait<0>();
+  __syncthreads();  // no copy in flight, every warp done with the tiles
+  constexpr int kOStride = D + 1;  // fp32 row stride, odd to spread the banks
+  float* o_smem = reinterpret_cast<float*>(smem);                  // [warps_n][block_m][D + 1]
+  float* max_smem = o_smem + S::kWarpsN * kBlockM * kOStride;      // [warps_n][block_m]
+  float* sum_smem = max_smem + S::kWarpsN * kBlockM;               // [warps_n][block_m]
+  static_assert((S::kWarpsN * kBlockM * (kOStride + 2)) * 4 <= S::kSmemBytes,
+                "the epilogue does not fit the tiles' shared memory");
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + 16 * m + 8 * half + lane / 4;
+      const int slot = warp_n * kBlockM + row;
+      const float total = prim::quad::sum(softmax.sum[m][half]);
+      if (lane % 4 == 0) {
+        max_smem[slot] = softmax.max[m][half];
+        sum_smem[slot] = total;
+      }
+#pragma unroll
+      for (int d = 0; d < kDT; ++d) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          o_smem[slot * kOStride + 8 * d + 2 * (lane % 4) + e] = o[m][d][2 * half + e];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Per row: the merged maximum, the weight of each key-warp (1 / sum folded in) and lse.
+  // The weights replace the maxima; the lse goes where the first sum was.
+  if (tid < block_rows) {
+    float row_max = -CUDART_INF_F;
+#pragma unroll
+    for (int w = 0; w < S::kWarpsN; ++w) row_max = fmaxf(row_max, max_smem[w * kBlockM + tid]);
+    float weights[S::kWarpsN];
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < S::kWarpsN; ++w) {
+      const float part_max = max_smem[w * kBlockM + tid];
+      weights[w] = part_max == -CUDART_INF_F
+                       ? 0.f
+                       : prim::thread::exp2_approx((part_max - row_max) * run.sc.log2_unit);
+      total += weights[w] * sum_smem[w * kBlockM + tid];
+    }
+    const float inverse = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+    for (int w = 0; w < S::kWarpsN; ++w) max_smem[w * kBlockM + tid] = weights[w] * inverse;
+    sum_smem[tid] = total > 0.f ? row_max * run.sc.unit + logf(total) : -CUDART_INF_F;
+  }
+  __syncthreads();
+
+  const int cols = p.head_dim;
+  for (int idx = tid; idx < block_rows * cols; idx += S::kThreads) {
+    const int row = idx / cols;
+    const int c = idx % cols;
+    float value = 0.f;
+#pragma unroll
+    for (int w = 0; w < S::kWarpsN; ++w) {
+      value += max_smem[w * kBlockM + row] * o_smem[(w * kBlockM + row) * kOStride + c];
+    }
+    const int packed = m0 + row;
+    if (run.num_splits == 1) {
+      T* out = static_cast<T*>(p.out.ptr) + rows.query_offset(p.out, packed);
+      out[c] = static_cast<T>(value);
+    } else {
+      const int64_t slot =
+          ((static_cast<int64_t>(split) * p.batch + rows.b) * p.nheads + rows.head(packed)) *
+              rows.seqlen_q + rows.query(packed);
+      run.partial_out[slot * cols + c] = value;
+    }
+  }
+  if (tid < block_rows) {
+    const int packed = m0 + tid;
+    const float lse = sum_smem[tid];
+    if (run.num_splits == 1) {
+      if (p.lse != nullptr) {
+        p.lse[rows.b * p.lse_batch_stride + rows.head(packed) * p.lse_head_stride +
+              rows.query(packed)] = lse;
+      }
+    } else {
+      const int64_t slot =
+          ((static_cast<int64_t>(split) * p.batch + rows.b) * p.nheads + rows.head(packed)) *
+              rows.seqlen_q + rows.query(packed);
+      run.partial_lse[slot] = lse;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm80

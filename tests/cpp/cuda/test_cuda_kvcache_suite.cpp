@@ -1,0 +1,307 @@
+// The CUDA forward_kvcache through the public API (cuda_runner) against the reference, with
+// the shared problems and check the CPU backends run (fa_test::check_kvcache: out, lse and
+// the updated caches under FA2's rule), in fp16 and bf16: decode and prefill tiles, append,
+// causal and windows relative to the updated cache, every page size class, rotary both
+// pairings, cache_batch_idx, leftpad, ALiBi, softcap, GQA/MQA, head dims served in-kernel,
+// cache lengths 0 and 1 per entry, split-KV against the reference and against the unsplit
+// run. CudaKVCacheSanitize holds the small problems compute-sanitizer runs.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cuda_test_support.hpp"
+#include "support/kvcache_problem.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using fa_test::KVCacheProblem;
+using flashattn::DType;
+
+class CudaKVCache : public CudaTestWithParam<DType> {
+ protected:
+  KVCacheProblem problem(int head_dim = 64) {
+    KVCacheProblem p;
+    p.dtype = GetParam();
+    p.batch = 3;
+    p.nheads = 4;
+    p.nheads_k = 2;
+    p.seqlen_q = 1;
+    p.head_dim = head_dim;
+    p.seqlen_cache = 300;
+    p.seed = (GetParam() == DType::kBF16 ? 90000u : 80000u) + next_seed_++;
+    return p;
+  }
+
+  static void expect_passes_on_cuda(const KVCacheProblem& p) {
+    expect_passes(fa_test::check_kvcache(p, cuda_runner()));
+  }
+
+ private:
+  uint32_t next_seed_ = 1;
+};
+
+TEST_P(CudaKVCache, DecodeEveryCompiledHeadDim) {
+  for (int d : {64, 128, 256}) {
+    for (int seqlen_new : {0, 1}) {
+      KVCacheProblem p = problem(d);
+      p.seqlen_new = seqlen_new;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+// Entries with 0 and 1 cached keys (a row without keys: out 0, lse -inf), with and without
+// an append, causal or not.
+TEST_P(CudaKVCache, CacheLengthsZeroAndOne) {
+  for (int seqlen_new : {0, 1, 2}) {
+    for (bool causal : {false, true}) {
+      KVCacheProblem p = problem();
+      p.batch = 4;
+      p.cache_seqlens = {0, 1, 77, 0};
+      p.seqlen_q = std::max(1, seqlen_new);
+      p.seqlen_new = seqlen_new;
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+TEST_P(CudaKVCache, AppendWithCausalAndWindow) {
+  KVCacheProblem p = problem();
+  p.seqlen_q = 5;
+  p.seqlen_new = 5;
+  p.causal = true;
+  expect_passes_on_cuda(p);
+  p.causal = false;
+  p.window_left = 30;
+  p.window_right = 0;
+  expect_passes_on_cuda(p);
+  p.window_left = 7;
+  p.window_right = 3;
+  expect_passes_on_cuda(p);
+}
+
+// Packed rows past the decode tile: a contiguous cache without leftpad runs the forward
+// kernel (seqused_k), a leftpad the KV-cache kernel's prefill tile; several query blocks.
+TEST_P(CudaKVCache, PrefillWithCache) {
+  for (int d : {64, 128, 256}) {
+    for (bool leftpad : {false, true}) {
+      KVCacheProblem p = problem(d);
+      p.seqlen_q = 130;
+      p.seqlen_new = 130;
+      p.seqlen_cache = 400;
+      p.causal = true;
+      if (leftpad) {
+        p.cache_seqlens = {200, 17, 270};
+        p.cache_leftpad = {5, 0, 17};
+      }
+      expect_passes_on_cuda(p);
+    }
+  }
+  KVCacheProblem windowed = problem(128);
+  windowed.seqlen_q = 70;
+  windowed.seqlen_new = 70;
+  windowed.window_left = 50;
+  windowed.window_right = 10;
+  expect_passes_on_cuda(windowed);
+}
+
+TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
+  for (int page_size : {16, 32, 48, 256, 512}) {
+    for (int seqlen_new : {0, 3}) {
+      KVCacheProblem p = problem(page_size == 48 ? 128 : 64);
+      p.page_size = page_size;
+      p.seqlen_cache = 700;
+      p.seqlen_new = seqlen_new;
+      p.seqlen_q = 3;
+      p.causal = page_size != 48;
+      expect_passes_on_cuda(p);
+    }
+  }
+  KVCacheProblem prefill = problem();
+  prefill.page_size = 32;
+  prefill.seqlen_q = 100;
+  prefill.seqlen_new = 100;
+  prefill.causal = true;
+  expect_passes_on_cuda(prefill);
+}
+
+TEST_P(CudaKVCache, RotaryBothPairings) {
+  for (bool interleaved : {false, true}) {
+    for (bool causal : {false, true}) {
+      KVCacheProblem p = problem(causal ? 128 : 64);
+      p.seqlen_q = 4;
+      p.seqlen_new = 4;
+      p.rotary_dim = causal ? 128 : 32;  // all of d, or a part
+      p.rotary_interleaved = interleaved;
+      p.causal = causal;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
+TEST_P(CudaKVCache, CacheBatchIdxAndLeftpad) {
+  KVCacheProblem p = problem();
+  p.cache_batch_idx = true;
+  p.seqlen_new = 2;
+  p.seqlen_q = 2;
+  expect_passes_on_cuda(p);
+  p.cache_batch_idx = false;
+  p.cache_seqlens = {100, 250, 17};
+  p.cache_leftpad = {10, 0, 17};  // the last entry keeps only its new keys
+  p.rotary_dim = 16;
+  p.causal = true;
+  expect_passes_on_cuda(p);
+  p.page_size = 16;
+  expect_passes_on_cuda(p);
+  p.cache_leftpad = {33, 5, 1};  // leftpads that do not align with pages or tiles
+  p.page_size = 48;
+  expect_passes_on_cuda(p);
+}
+
+TEST_P(CudaKVCache, AlibiSoftcapGqaMqa) {
+  for (int nheads : {8, 32}) {
+    KVCacheProblem p = problem(128);
+    p.nheads = nheads;
+    p.nheads_k = nheads == 8 ? 1 : 2;  // MQA decode tile; GQA 16 x 4 rows: prefill tile
+    p.seqlen_q = 3;
+    p.seqlen_new = 3;
+    p.alibi = true;
+    p.softcap = 6.f;
+    p.causal = true;
+    expect_passes_on_cuda(p);
+  }
+}
+
+TEST_P(CudaKVCache, WideGqaGroups) {
+  for (int nheads : {24, 400}) {
+    KVCacheProblem p = problem(16);
+    p.batch = 2;
+    p.nheads = nheads;
+    p.nheads_k = 1;
+    p.seqlen_q = 2;
+    p.seqlen_new = 2;
+    p.alibi = true;
+    p.causal = true;
+    expect_passes_on_cuda(p);
+  }
+}
+
+// d % 8 == 0 below and between the compiled head dims: zero-filled columns in the kernel.
+TEST_P(CudaKVCache, HeadDimsServedInKernel) {
+  for (int d : {8, 40, 80, 96, 136, 200}) {
+    KVCacheProblem p = problem(d);
+    p.seqlen_new = 2;
+    p.seqlen_q = 2;
+    p.rotary_dim = d;
+    p.causal = true;
+    expect_passes_on_cuda(p);
+  }
+}
+
+TEST_P(CudaKVCache, SplitKvAgainstTheReference) {
+  for (int splits : {0, 1, 2, 3, 7, 64}) {
+    KVCacheProblem p = problem(128);
+    p.batch = 1;
+    p.nheads = 2;
+    p.nheads_k = 1;
+    p.seqlen_cache = 2000;
+    p.seqlen_new = 2;
+    p.seqlen_q = 2;
+    p.num_splits = splits;
+    p.causal = splits % 2 == 1;
+    expect_passes_on_cuda(p);
+  }
+  KVCacheProblem paged = problem(64);
+  paged.page_size = 16;
+  paged.seqlen_cache = 3000;
+  paged.num_splits = 0;  // batch 3 x 2 KV heads: the library splits
+  expect_passes_on_cuda(paged);
+}
+
+// Split and unsplit runs of the same problem agree to the rounding of the output dtype.
+TEST_P(CudaKVCache, SplitMatchesUnsplit) {
+  KVCacheProblem p = problem(128);
+  p.batch = 2;
+  p.nheads = 8;
+  p.nheads_k = 2;
+  p.seqlen_cache = 4000;
+  p.seqlen_new = 1;
+  p.cache_seqlens = {3999, 1500};
+  const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+  std::vector<fa_test::KVCacheOutputs> runs;
+  for (int splits : {1, 5, 0}) {
+    p.num_splits = splits;
+    runs.push_back(fa_test::make_kvcache_outputs(p, inputs));
+    const flashattn::Status status =
+        cuda_runner().forward_kvcache(fa_test::kvcache_args(p, inputs, &runs.back()));
+    ASSERT_TRUE(status.ok()) << status.message();
+  }
+  const double ulp = GetParam() == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+  for (size_t r = 1; r < runs.size(); ++r) {
+    double out_diff = 0, lse_diff = 0;
+    for (int64_t n = 0; n < runs[0].out.numel(); ++n) {
+      const double a = runs[0].out.get(n), b = runs[r].out.get(n);
+      out_diff = std::max(out_diff, std::fabs(a - b) / std::max(1.0, std::fabs(a)));
+    }
+    for (int64_t n = 0; n < runs[0].lse.numel(); ++n) {
+      lse_diff = std::max(lse_diff, std::fabs(double(runs[0].lse.get(n)) - runs[r].lse.get(n)));
+    }
+    EXPECT_LE(out_diff, ulp) << "run " << r;
+    EXPECT_LE(lse_diff, 1e-4) << "run " << r;
+  }
+}
+
+// A decode long enough for many key blocks and splits per (batch entry, KV head).
+TEST_P(CudaKVCache, LongDecode) {
+  KVCacheProblem p = problem(128);
+  p.batch = 2;
+  p.nheads = 8;
+  p.nheads_k = 2;
+  p.seqlen_cache = 6000;
+  p.cache_seqlens = {5999, 4097};
+  p.seqlen_new = 1;
+  expect_passes_on_cuda(p);
+  p.page_size = 256;
+  expect_passes_on_cuda(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaKVCache, ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(flashattn::to_string(info.param));
+                         });
+
+using CudaKVCacheSanitize = CudaTest;
+
+TEST_F(CudaKVCacheSanitize, SmallProblems) {
+  KVCacheProblem decode;
+  decode.dtype = DType::kBF16;
+  decode.batch = 2;
+  decode.cache_seqlens = {0, 90};
+  decode.seqlen_cache = 100;
+  decode.seqlen_new = 1;
+  decode.num_splits = 3;
+  decode.rotary_dim = 64;
+  KVCacheProblem paged = decode;
+  paged.dtype = DType::kF16;
+  paged.page_size = 16;
+  paged.cache_leftpad = {0, 7};
+  paged.num_splits = 1;
+  paged.causal = true;
+  KVCacheProblem prefill = decode;
+  prefill.cache_seqlens = {10, 30};
+  prefill.seqlen_q = 40;
+  prefill.seqlen_new = 40;
+  prefill.head_dim = 40;
+  prefill.rotary_dim = 40;
+  prefill.causal = true;
+  prefill.cache_leftpad = {3, 0};  // the KV-cache kernel's prefill tile, not the forward's
+  for (const KVCacheProblem& p : {decode, paged, prefill}) {
+    expect_passes(fa_test::check_kvcache(p, cuda_runner()));
+  }
+}
+
+}  // namespace
+}  // namespace fa_cuda_test
