@@ -65,6 +65,19 @@ FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, ui
   return dropout_draws(seed, offset, bh, row, col).w[col & 3] >= drop_threshold;
 }
 
+// Bit i (i < 4) set iff dropout keeps column 4 * (col / 4) + i of `row`: the keep-test of
+// four neighbouring columns from their one Philox draw (what a kernel calls).
+FA_HOST_DEVICE uint32_t dropout_keep_bits(uint64_t seed, uint64_t offset, uint32_t bh,
+                                          uint32_t row, uint32_t col, uint32_t drop_threshold) {
+  const PhiloxWords draws = dropout_draws(seed, offset, bh, row, col);
+  uint32_t bits = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < 4; ++i) bits |= static_cast<uint32_t>(draws.w[i] >= drop_threshold) << i;
+  return bits;
+}
+
 // round(p * 2^32), saturated; p in [0, 1).
 inline uint32_t dropout_threshold(float p) {
   const double scaled = static_cast<double>(p) * 4294967296.0 + 0.5;
