@@ -19,15 +19,11 @@ struct PhiloxWords {
   uint32_t w[4];
 };
 
+// One 32 x 32 -> 64-bit product (a single IMAD.WIDE.U32 on the GPU).
 FA_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
-#if defined(__CUDA_ARCH__)
-  *hi = __umulhi(a, b);
-  *lo = a * b;
-#else
   const uint64_t product = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(product >> 32);
   *lo = static_cast<uint32_t>(product);
-#endif
 }
 
 FA_HOST_DEVICE PhiloxWords philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
