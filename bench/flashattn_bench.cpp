@@ -73,6 +73,7 @@ void print_line(const Options& o, Backend backend, DType dtype, const Result& r)
               o.batch, o.heads, o.heads_k, o.seqlen_q, o.seqlen_k, o.hdim, o.causal ? " causal" : "");
   if (o.window_left >= 0 || o.window_right >= 0) std::printf(" window=(%d,%d)", o.window_left, o.window_right);
   if (o.softcap > 0) std::printf(" softcap=%g", o.softcap);
+  if (o.dropout_p > 0) std::printf(" dropout=%g", o.dropout_p);
   std::printf(": %.3f ms (median of %zu), %.2f TFLOP/s", r.median_ms, r.ms.size(), r.tflops);
   if (backend != Backend::kCuda) {
     std::printf(", %.1f GFLOP/s = %.0f%% of the fp32 FMA peak (%.1f GFLOP/s, %d threads, %s), "
@@ -90,13 +91,13 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
   std::printf("{\"backend\": \"%s\", \"implementation\": \"%s\", \"device\": \"%s\", "
               "\"dtype\": \"%s\", \"direction\": \"%s\", \"batch\": %d, \"heads\": %d, "
               "\"heads_k\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"hdim\": %d, "
-              "\"causal\": %s, \"window\": [%d, %d], \"softcap\": %g, \"ms\": %.6f, "
+              "\"causal\": %s, \"window\": [%d, %d], \"softcap\": %g, \"dropout\": %g, \"ms\": %.6f, "
               "\"ms_min\": %.6f, \"iters\": %zu, \"buffer_sets\": %d, \"tflops\": %.4f, "
               "\"peak_rss_mb\": %.1f",
               flashattn::to_string(backend), r.implementation.c_str(), r.device.c_str(),
               flashattn::to_string(dtype), o.direction == Direction::kForward ? "fwd" : "bwd",
               o.batch, o.heads, o.heads_k, o.seqlen_q, o.seqlen_k, o.hdim,
-              o.causal ? "true" : "false", o.window_left, o.window_right, o.softcap, r.median_ms,
+              o.causal ? "true" : "false", o.window_left, o.window_right, o.softcap, o.dropout_p, r.median_ms,
               *std::min_element(r.ms.begin(), r.ms.end()), r.ms.size(), r.buffer_sets, r.tflops,
               r.peak_rss_mb);
   if (backend != Backend::kCuda) {

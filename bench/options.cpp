@@ -11,7 +11,7 @@ const char* usage() {
          "  --backend auto|cpu|cuda|reference  (auto: the GPU when present, else the CPU)\n"
          "  --batch N --heads N --heads-k N --seqlen-q N --seqlen-k N --hdim N\n"
          "  --dtype auto|fp16|bf16|fp32        (auto: bf16 on the GPU, fp32 on the CPU)\n"
-         "  --causal  --window L,R  --softcap X\n"
+         "  --causal  --window L,R  --softcap X  --dropout P\n"
          "  --direction fwd|bwd\n"
          "  --check        compare with the reference on the same inputs\n"
          "  --json         print one JSON object\n"
@@ -99,6 +99,10 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       char* end = nullptr;
       o->softcap = std::strtof(v, &end);
       ok = end != v && *end == '\0';
+    } else if (flag == "--dropout") {
+      char* end = nullptr;
+      o->dropout_p = std::strtof(v, &end);
+      ok = end != v && *end == '\0' && o->dropout_p >= 0.f && o->dropout_p < 1.f;
     } else if (flag == "--direction") {
       const std::string d = v;
       ok = d == "fwd" || d == "bwd";

@@ -25,6 +25,7 @@ struct Options {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.f;
+  float dropout_p = 0.f;  // seed and offset fixed: every iteration drops the same elements
   Direction direction = Direction::kForward;
   bool check = false;
   bool json = false;

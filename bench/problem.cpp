@@ -96,6 +96,8 @@ flashattn::AttentionOptions attention_options(const Options& o) {
   a.window_left = o.window_left;
   a.window_right = o.window_right;
   a.softcap = o.softcap;
+  a.dropout_p = o.dropout_p;
+  a.dropout_seed = 0x5eed;
   return a;
 }
 

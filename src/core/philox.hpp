@@ -19,15 +19,11 @@ struct PhiloxWords {
   uint32_t w[4];
 };
 
+// One 32 x 32 -> 64-bit product (a single IMAD.WIDE.U32 on the GPU).
 FA_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
-#if defined(__CUDA_ARCH__)
-  *hi = __umulhi(a, b);
-  *lo = a * b;
-#else
   const uint64_t product = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(product >> 32);
   *lo = static_cast<uint32_t>(product);
-#endif
 }
 
 FA_HOST_DEVICE PhiloxWords philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
@@ -63,6 +59,19 @@ FA_HOST_DEVICE PhiloxWords dropout_draws(uint64_t seed, uint64_t offset, uint32_
 FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, uint32_t row,
                                  uint32_t col, uint32_t drop_threshold) {
   return dropout_draws(seed, offset, bh, row, col).w[col & 3] >= drop_threshold;
+}
+
+// Bit i (i < 4) set iff dropout keeps column 4 * (col / 4) + i of `row`: the keep-test of
+// four neighbouring columns from their one Philox draw (what a kernel calls).
+FA_HOST_DEVICE uint32_t dropout_keep_bits(uint64_t seed, uint64_t offset, uint32_t bh,
+                                          uint32_t row, uint32_t col, uint32_t drop_threshold) {
+  const PhiloxWords draws = dropout_draws(seed, offset, bh, row, col);
+  uint32_t bits = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < 4; ++i) bits |= static_cast<uint32_t>(draws.w[i] >= drop_threshold) << i;
+  return bits;
 }
 
 // round(p * 2^32), saturated; p in [0, 1).

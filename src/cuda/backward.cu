@@ -25,7 +25,7 @@ Status unsupported(const std::string& what) {
 }
 
 int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
-#define FA_BWD_KERNEL(family, type, hdim)                                   \
+#define FA_BWD_KERNEL(family, type, hdim, dropout)                          \
   if (dtype == element_type_of<type>() && head_dim == hdim) {               \
     return family::backward_smem_bytes<type, hdim>();                       \
   }
@@ -35,9 +35,10 @@ int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
 }
 
 Status run_kernel(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
-#define FA_BWD_KERNEL(family, type, hdim)                                   \
-  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {           \
-    return family::run_backward<type, hdim>(p, w, stream);                  \
+#define FA_BWD_KERNEL(family, type, hdim, dropout)                          \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim &&           \
+      p.has_dropout() == dropout) {                                         \
+    return family::run_backward<type, hdim, dropout>(p, w, stream);         \
   }
 #include "cuda/instantiations/bwd_list.inc"
 #undef FA_BWD_KERNEL
@@ -65,10 +66,6 @@ Status plan_of(const core::BackwardParams& p, BwdPlan* plan) {
                        "], got " + std::to_string(p.head_dim) +
                        " (larger head dims are not implemented in the CUDA backward yet; use "
                        "Backend::kCpu)");
-  }
-  if (p.has_dropout()) {
-    return unsupported("dropout_p: expected 0 (dropout is not implemented in the CUDA backward "
-                       "yet), got " + std::to_string(p.dropout_p));
   }
   const int slices = bwd_sm80_tile(plan->head_dim).slices;
   if (static_cast<int64_t>(p.nheads_k) * slices > 65535 || p.batch > 65535) {

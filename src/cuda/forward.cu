@@ -22,7 +22,7 @@ Status unsupported(const std::string& what) {
 
 // Dynamic shared memory of the compiled kernel for (dtype, head dim); 0 if none.
 int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
-#define FA_FWD_KERNEL(family, type, hdim)                                   \
+#define FA_FWD_KERNEL(family, type, hdim, dropout)                          \
   if (dtype == element_type_of<type>() && head_dim == hdim) {               \
     return family::forward_smem_bytes<type, hdim>();                        \
   }
@@ -32,9 +32,10 @@ int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
 }
 
 Status run_kernel(const core::AttentionParams& p, cudaStream_t stream) {
-#define FA_FWD_KERNEL(family, type, hdim)                                   \
-  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {           \
-    return family::run_forward<type, hdim>(p, stream);                      \
+#define FA_FWD_KERNEL(family, type, hdim, dropout)                          \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim &&           \
+      p.has_dropout() == dropout) {                                         \
+    return family::run_forward<type, hdim, dropout>(p, stream);             \
   }
 #include "cuda/instantiations/fwd_list.inc"
 #undef FA_FWD_KERNEL
@@ -55,10 +56,6 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
   }
   if (p.head_dim < 1 || p.head_dim > kFwdMaxHeadDim) {
     return unsupported("q: expected head dim in [1, 256], got " + std::to_string(p.head_dim));
-  }
-  if (p.has_dropout()) {
-    return unsupported("dropout_p: expected 0 (dropout is not implemented in the CUDA forward "
-                       "yet), got " + std::to_string(p.dropout_p));
   }
   if (p.nheads > 65535 || p.batch > 65535) {
     return unsupported("q: expected batch and nheads <= 65535, got batch=" +

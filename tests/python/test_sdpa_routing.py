@@ -143,3 +143,26 @@ def test_sdpa_under_torch_compile():
                                                                            is_causal=True))
     with _activated(), torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         assert torch.equal(compiled(q, k, v), expected)
+
+
+@needs_cuda
+def test_dropout_reproduces_with_the_seed():
+    """A routed SDPA with dropout runs flashattn's dropout: torch.manual_seed replays the same
+    mask (forward and gradients equal), another seed drops other elements."""
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+
+    def run(seed):
+        torch.manual_seed(seed)
+        with _activated(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.2)
+            grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
+        return out, grads
+
+    out_a, grads_a = run(0)
+    out_b, grads_b = run(0)
+    out_c, _ = run(1)
+    assert torch.equal(out_a, out_b)
+    assert torch.equal(grads_a[1], grads_b[1]) and torch.equal(grads_a[2], grads_b[2])
+    assert all(torch.isfinite(g).all() for g in grads_a)
+    assert not torch.equal(out_a, out_c)

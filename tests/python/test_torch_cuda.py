@@ -123,11 +123,27 @@ def test_backward(dtype):
 def test_dropout_seed_comes_from_the_cuda_generator():
     q, k, v = _inputs(torch.float16)
     torch.cuda.manual_seed(6)
-    with _pending_kernels():
-        first = flashattn.flash_attn_func(q, k, v, dropout_p=0.2)
+    first = flashattn.flash_attn_func(q, k, v, dropout_p=0.2)
     torch.cuda.manual_seed(6)
     assert torch.equal(first, flashattn.flash_attn_func(q, k, v, dropout_p=0.2))
     assert not torch.equal(first, flashattn.flash_attn_func(q, k, v, dropout_p=0.2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dropout_forward_and_backward_use_the_mask_torch_manual_seed_picks(dtype):
+    q, k, v = _inputs(dtype, requires_grad=True)
+    torch.manual_seed(9)
+    out, _, probs = flashattn.flash_attn_func(q, k, v, dropout_p=0.25, causal=True,
+                                              return_attn_probs=True)
+    torch.manual_seed(9)
+    assert torch.equal(out, flashattn.flash_attn_func(q, k, v, dropout_p=0.25, causal=True))
+    keep = ~torch.signbit(probs[:, :, :q.shape[1], :k.shape[1]])
+    expected = ref.attention(q, k, v, causal=True, keep=keep, dropout_p=0.25)
+    _assert_close(out, expected, dtype)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    for grad, want in zip(grads, torch.autograd.grad(expected, (q, k, v), dout)):
+        _assert_close(grad, want, dtype, scale=5)
 
 
 def test_kvcache():

@@ -2,6 +2,6 @@
 #include "cuda/sm80/bwd_launch.cuh"
 
 namespace flashattn::cuda::sm80 {
-template Status run_backward<__half, 256>(const core::BackwardParams&, const BwdWorkspace&, cudaStream_t);
+template Status run_backward<__half, 256, false>(const core::BackwardParams&, const BwdWorkspace&, cudaStream_t);
 template int backward_smem_bytes<__half, 256>();
 }  // namespace flashattn::cuda::sm80

@@ -2,6 +2,6 @@
 #include "cuda/sm80/fwd_launch.cuh"
 
 namespace flashattn::cuda::sm80 {
-template Status run_forward<__half, 256>(const core::AttentionParams&, cudaStream_t);
+template Status run_forward<__half, 256, false>(const core::AttentionParams&, cudaStream_t);
 template int forward_smem_bytes<__half, 256>();
 }  // namespace flashattn::cuda::sm80

@@ -13,10 +13,12 @@
 //   dP^T = V dO^T,  S^T = K Q^T                (this warp's 16 keys x block_m queries)
 //   P^T  = exp2(S^T * log2_unit - lse2)        (softcap / ALiBi / mask as the forward;
 //                                               lse2 and D staged in shared memory)
-//   dS^T = P^T o (dP^T - D) [o (1 - tanh^2)]   (softcap: the tanh derivative)
-//   dV  += P^T dO,  dK += dS^T Q               (P^T and dS^T straight from the registers)
+//   dS^T = P^T o (Z o dP^T - D) [o (1 - tanh^2)]  (softcap: the tanh derivative)
+//   dV  += (Z o P^T) dO,  dK += dS^T Q         (P^T and dS^T straight from the registers)
 //   dQ  += dS K                                (dS^T through shared memory; fp32 atomics
 //                                               into the workspace accumulator)
+// Z is dropout's factor (0 or 1/(1-p), the forward's keep-test: dropout.cuh) in the kDropout
+// instantiation, 1 in the other, which carries no dropout code.
 // The scale is applied once: to dK here, to dQ by bwd_convert_dq.
 //
 // Deterministic mode: before adding into dQ of query block m, the block waits for its turn
@@ -38,6 +40,7 @@
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
+#include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
@@ -89,7 +92,7 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 #endif
 }
 
-template <class T, int D, class TileT>
+template <class T, int D, class TileT, bool kDropout>
 __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, TileT>::kMinBlocks)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const FwdScores sc,
                const BwdWorkspace w) {
@@ -208,6 +211,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     }
     warp::qk_scores<T, 1, kNT, D, KTile, QTile>(dp, v_warp_smem, do_buf, lanes);
     warp::qk_scores<T, 1, kNT, D, KTile, QTile>(s, k_warp_smem, q_buf, lanes);
+    const auto drop = bwd_dropout_mask<kDropout, kNT>(p, b, h, n0 + 16 * warp, m0, lane);
 
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
@@ -233,8 +237,9 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
               prob = 0.f;
             }
           }
-          s[0][j][2 * half + e] = prob;
-          dp[0][j][2 * half + e] = prob * (dp[0][j][2 * half + e] - dsum[column]) * dtanh;
+          const float dprob = drop.apply(dp[0][j][2 * half + e], j, half, e);
+          s[0][j][2 * half + e] = drop.apply(prob, j, half, e);
+          dp[0][j][2 * half + e] = prob * (dprob - dsum[column]) * dtanh;
         }
       }
     }

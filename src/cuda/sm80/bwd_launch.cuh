@@ -18,11 +18,11 @@ struct BwdTableTile {
   static constexpr BwdTile value = bwd_sm80_tile(D);
 };
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
   using S = BwdShape<D, BwdTableTile<D>>;
   if (p.batch == 0 || p.nheads == 0 || p.seqlen_k == 0) return Status::Ok();
-  auto kernel = &bwd_kernel<T, D, BwdTableTile<D>>;
+  auto kernel = &bwd_kernel<T, D, BwdTableTile<D>, kDropout>;
   if (S::kSmemBytes > 48 * 1024) {
     FA_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));

@@ -14,7 +14,8 @@ namespace flashattn::cuda::sm80 {
 
 // Launches the main kernel for `params` (head dim exactly D, 16-byte aligned inputs) on
 // `stream`; the workspace must hold the preprocessed D, lse and a zeroed dQ accumulator.
-template <class T, int D>
+// kDropout: the instantiation with dropout (params.dropout_p > 0); the other ignores it.
+template <class T, int D, bool kDropout>
 Status run_backward(const core::BackwardParams& params, const BwdWorkspace& workspace,
                     cudaStream_t stream);
 

@@ -11,6 +11,9 @@
 // that none of its rows can see.
 // Per key block: S = Q K^T (mma.sync from swizzled shared memory), softcap / ALiBi / mask,
 // online softmax in the exp2 domain, O += P V with P taken straight from the S registers.
+// Dropout (the kDropout instantiation; the other carries no dropout code) zeroes the dropped
+// weights of P and scales the kept ones by 1/(1-p) after the softmax update, so the row sums
+// and lse are those of the undropped P, as in SPEC.md.
 // Loads are cp.async: with one stage, V is loaded while S is computed and the next K while
 // P V runs (two barriers per block); with n >= 2 stages, K and V of the block n - 1 ahead are
 // prefetched into a ring of buffers (one barrier per block).
@@ -28,6 +31,7 @@
 #include "cuda/forward_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
@@ -65,7 +69,7 @@ struct FwdShape {
   static_assert(kSmemBytes == fwd_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
 
-template <class T, int D, class TileT>
+template <class T, int D, class TileT, bool kDropout>
 __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, TileT>::kMinBlocks)
     fwd_kernel(const __grid_constant__ core::AttentionParams p, const FwdScores sc) {
   using S = FwdShape<D, TileT>;
@@ -197,6 +201,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
 
   auto step = [&](auto masked, int n) {
     float s[kMT][kNT][4];
+    FwdDropout<kDropout, kMT, kNT> drop;
     const bool active = !std::decay_t<decltype(masked)>::value ||
                         (n * kBlockN < warp_keys_end && (n + 1) * kBlockN > warp_keys_begin);
     if constexpr (S::kStages == 1) {
@@ -213,6 +218,8 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
       }
       if (active) {
         softmax.update(s, o, sc.log2_unit);
+        drop.draw(p, b, h, thread_row0, n * kBlockN, lane);
+        drop.apply(s);
         warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(0), lanes);
       }
     } else {
@@ -229,6 +236,8 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
       if (active) {
         scores(masked, s, n, k_buffer(buffer));
         softmax.update(s, o, sc.log2_unit);
+        drop.draw(p, b, h, thread_row0, n * kBlockN, lane);
+        drop.apply(s);
         warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer), lanes);
       }
       ++iteration;

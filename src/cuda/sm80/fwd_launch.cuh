@@ -32,11 +32,11 @@ inline FwdScores fwd_scores(const core::AttentionParams& p) {
   return sc;
 }
 
-template <class T, int D, class TileT>
+template <class T, int D, class TileT, bool kDropout = false>
 Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
   using S = FwdShape<D, TileT>;
   if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
-  auto kernel = &fwd_kernel<T, D, TileT>;
+  auto kernel = &fwd_kernel<T, D, TileT, kDropout>;
   if (S::kSmemBytes > 48 * 1024) {
     FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
@@ -46,9 +46,9 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
 }
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& params, cudaStream_t stream) {
-  return launch_forward<T, D, TableTile<D>>(params, stream);
+  return launch_forward<T, D, TableTile<D>, kDropout>(params, stream);
 }
 
 template <class T, int D>

@@ -12,8 +12,9 @@
 namespace flashattn::cuda::sm80 {
 
 // Launches the forward for `params`, whose head dim is exactly D, on `stream`. Inputs must
-// be 16-byte aligned with row/head/batch strides that are multiples of 8 elements.
-template <class T, int D>
+// be 16-byte aligned with row/head/batch strides that are multiples of 8 elements. kDropout:
+// the instantiation with dropout (params.dropout_p > 0); the other ignores dropout.
+template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
 
 // Dynamic shared memory the kernel for head dim D needs per block.

@@ -49,6 +49,19 @@ inline void expect_passes(const fa_test::CheckResult& result) {
   EXPECT_TRUE(result.passed()) << result.summary();
 }
 
+// cuda_runner() with BackwardArgs::deterministic set.
+inline fa_test::Runner deterministic_runner() {
+  fa_test::Runner runner = cuda_runner();
+  const auto backward = runner.backward;
+  runner.name += " (deterministic)";
+  runner.backward = [backward](const flashattn::BackwardArgs& args) {
+    flashattn::BackwardArgs copy = args;
+    copy.deterministic = true;
+    return backward(copy);
+  };
+  return runner;
+}
+
 // A suite parametrized by dtype that draws a fresh problem (new seed) on every call.
 // `seed_base` keeps the suites' inputs apart.
 class CudaDtypeSuite : public CudaTestWithParam<flashattn::DType> {

@@ -19,19 +19,6 @@ namespace {
 using fa_test::Problem;
 using flashattn::DType;
 
-// cuda_runner() with BackwardArgs::deterministic set.
-fa_test::Runner deterministic_runner() {
-  fa_test::Runner runner = cuda_runner();
-  const auto backward = runner.backward;
-  runner.name += " (deterministic)";
-  runner.backward = [backward](const flashattn::BackwardArgs& args) {
-    flashattn::BackwardArgs copy = args;
-    copy.deterministic = true;
-    return backward(copy);
-  };
-  return runner;
-}
-
 // Runs the CUDA forward and backward of `p` and expects rows [row_begin, row_end) of the
 // gradient `which` (a [rows, heads, d] or [b, rows, heads, d] tensor, flattened over the
 // leading dims) to be exactly zero: rows without a visible key (SPEC.md), not merely close.

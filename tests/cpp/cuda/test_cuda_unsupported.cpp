@@ -31,12 +31,6 @@ Status forward_of(const fa_test::Problem& p, const Runner& runner) {
   return runner.forward(fa_test::forward_args(p, inputs, &outputs));
 }
 
-Status forward_with_dropout(const Runner& runner) {
-  fa_test::Problem p;
-  p.dropout_p = 0.1f;
-  return forward_of(p, runner);
-}
-
 // Permanent: SPEC.md has fp16 and bf16 on the GPU, fp32 on the CPU only.
 Status forward_in_fp32(const Runner& runner) {
   fa_test::Problem p;
@@ -50,9 +44,9 @@ Status backward_of(const fa_test::Problem& p, const Runner& runner) {
   return runner.backward(fa_test::backward_args(p, inputs, &outputs));
 }
 
-Status backward_with_dropout(const Runner& runner) {
+Status backward_in_fp32(const Runner& runner) {
   fa_test::Problem p;
-  p.dropout_p = 0.1f;
+  p.dtype = flashattn::DType::kF32;
   return backward_of(p, runner);
 }
 
@@ -100,9 +94,8 @@ TEST_P(CudaRefuses, ThroughSupportedAndTheEntryPoint) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaRefuses,
-    ::testing::Values(Refusal{"dropout", "dropout", forward_with_dropout},
-                      Refusal{"fp32", "fp32", forward_in_fp32},
-                      Refusal{"backward_dropout", "dropout", backward_with_dropout},
+    ::testing::Values(Refusal{"fp32", "fp32", forward_in_fp32},
+                      Refusal{"backward_fp32", "fp32", backward_in_fp32},
                       Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32},
                       Refusal{"kvcache_head_dim", "head dim", kvcache_odd_head_dim}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
