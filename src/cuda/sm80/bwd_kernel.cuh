@@ -253,7 +253,6 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     const TileLanes<PTile, LanePattern::kPairs> ds_dq_lanes(lane, dq_query0 / 8);
     const TileLanes<KTile, LanePattern::kRows> k_dq_lanes(lane, dq_col0 / 8);
 
-
     {
       float s[kSdpMT][kSdpNT][4], dp[kSdpMT][kSdpNT][4];
       zero(s);
