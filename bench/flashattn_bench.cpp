@@ -34,6 +34,9 @@ struct Result {
   double peak_rss_mb = 0;
   double cpu_peak_gflops = 0;  // CPU runs: the measured fp32 FMA peak of the threads used
   int cpu_threads = 0;
+  size_t workspace_bytes = 0;
+  size_t device_used_before = 0;  // CUDA: device memory in use before / after the timed calls
+  size_t device_used_after = 0;
   CheckResult check;
 };
 
@@ -105,6 +108,12 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
                 "\"fraction_of_peak\": %.4f",
                 r.cpu_threads, cpu_peak_isa(), r.cpu_peak_gflops, r.tflops * 1e3 / r.cpu_peak_gflops);
   }
+  if (backend == Backend::kCuda) {
+    std::printf(", \"workspace_bytes\": %zu, \"device_used_mb_before\": %.1f, "
+                "\"device_used_mb_after\": %.1f",
+                r.workspace_bytes, r.device_used_before / 1048576.0,
+                r.device_used_after / 1048576.0);
+  }
   if (r.check.ran) {
     std::printf(", \"max_abs_err\": %.6g, \"max_abs_ref\": %.6g", r.check.max_abs_err, r.check.max_ref);
   }
@@ -142,6 +151,7 @@ int run(const Options& o) {
       backward ? flashattn::workspace_size(backward_args(sets[0], o), backend, &workspace)
                : flashattn::workspace_size(forward_args(sets[0], o), backend, &workspace);
   if (!status.ok()) return fail("workspace size", status);
+  r.workspace_bytes = workspace;  // this direction's own, before sharing it with the forward
   flashattn::Launch forward_launch = launch;
   if (backward) {
     size_t forward_workspace = 0;
@@ -172,7 +182,9 @@ int run(const Options& o) {
     return backward ? flashattn::backward(backward_args(set, o), launch)
                     : flashattn::forward(forward_args(set, o), launch);
   };
+  r.device_used_before = memory->device_used_bytes();
   r.ms = memory->time(call, warmup, iters, &status);
+  r.device_used_after = memory->device_used_bytes();
   if (!status.ok()) return fail(backward ? "backward" : "forward", status);
   std::vector<double> sorted = r.ms;
   std::sort(sorted.begin(), sorted.end());

@@ -24,6 +24,9 @@ class Memory {
   virtual void* stream() = 0;
   // Last-level cache bytes an input set should exceed so repeated runs do not hit in it.
   virtual size_t cache_bytes() const = 0;
+  // Device memory in use on the whole device (CUDA: total - free), 0 for host memory: read
+  // around the timed calls to show that the library allocates nothing of its own.
+  virtual size_t device_used_bytes() const { return 0; }
   // Runs `call(i)` `warmup` times, then `iters` times, returning each timed call's
   // milliseconds; stops at the first failed call and reports it in `status`.
   virtual std::vector<double> time(const std::function<flashattn::Status(int)>& call, int warmup,

@@ -48,6 +48,10 @@ class CudaMemory final : public Memory {
   }
   void* stream() override { return stream_; }
   size_t cache_bytes() const override { return static_cast<size_t>(properties_.l2CacheSize); }
+  size_t device_used_bytes() const override {
+    size_t free = 0, total = 0;
+    return cudaMemGetInfo(&free, &total) == cudaSuccess ? total - free : 0;
+  }
 
   std::vector<double> time(const std::function<flashattn::Status(int)>& call, int warmup,
                            int iters, flashattn::Status* status) override {

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Times the PyTorch peers of the flashattn forward on the FA2 benchmark grid; writes JSON.
+"""Times the PyTorch peers of flashattn (forward and backward) on the FA2 benchmark grid; writes JSON.
 
 Peers: SDPA with the FLASH_ATTENTION backend (FlashAttention-2 inside PyTorch), SDPA with the
 CUDNN_ATTENTION backend, and FlexAttention compiled with torch.compile. Inputs are bf16
 [batch, seqlen, heads, d] viewed as [batch, heads, seqlen, d] (the layout flashattn reads),
 fresh random normals. Each time is the median of triton.testing.do_bench (which clears the
-L2 cache between calls) after its warm-up. TFLOP/s = 4 b h sq sk d, halved when causal.
+L2 cache between calls) after its warm-up. Forward TFLOP/s = 4 b h sq sk d / time, halved
+when causal; backward TFLOP/s = 2.5 x that (the FA2 convention).
 
-    python3 bench/peers.py --out peers.json [--hdims 64,128,256] [--seqlens 512,...,16384]
+The backward alone is timed: the forward runs once with q, k, v requiring grad, and each timed
+call is torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on that saved graph, so
+only the peer's backward kernels (and autograd's small bookkeeping) are in the time.
+
+    python3 bench/peers.py --out peers.json [--hdims 64,128,256] [--seqlens 512,...,16384] \
+        [--directions fwd,bwd]
 
 --decode times the decode grid instead: q [b, 32, 1, 128] against K/V [b, 8, N, 128] (GQA,
 enable_gqa=True), b in --decode-batches, N in --decode-cache-lens; each row also reports
@@ -27,10 +33,12 @@ def grid(hdims, seqlens, tokens, hidden):
                        "heads": hidden // d}
 
 
-def tflops(p, ms):
+def tflops(p, ms, direction):
     flops = 4.0 * p["batch"] * p["heads"] * p["seqlen"] * p["seqlen"] * p["hdim"]
     if p["causal"]:
         flops /= 2
+    if direction == "bwd":
+        flops *= 2.5
     return flops / (ms * 1e-3) / 1e12
 
 
@@ -42,6 +50,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--peers", default="sdpa_flash,sdpa_cudnn,flex")
+    ap.add_argument("--directions", default="fwd,bwd")
     ap.add_argument("--flex-seqlens", default="",
                     help="seqlens at which FlexAttention runs (default: all); each new shape "
                          "costs a torch.compile")
@@ -79,38 +88,50 @@ def main():
     for p in grid([int(x) for x in args.hdims.split(",")],
                   [int(x) for x in args.seqlens.split(",")], args.tokens, args.hidden):
         shape = (p["batch"], p["seqlen"], p["heads"], p["hdim"])
-        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-                   for _ in range(3))
-        for peer in peers:
+        q, k, v, dout = (torch.randn(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                         for _ in range(4))
+        for peer, direction in ((peer, direction) for peer in peers
+                                for direction in args.directions.split(",")):
             if peer == "flex" and flex_seqlens and p["seqlen"] not in flex_seqlens:
                 continue
-            entry = dict(p, implementation=peer, device=device, dtype="bf16")
+            entry = dict(p, implementation=peer, direction=direction, device=device, dtype="bf16")
             try:
                 start = time.time()
                 if peer in ("sdpa_flash", "sdpa_cudnn"):
                     backend = (SDPBackend.FLASH_ATTENTION if peer == "sdpa_flash"
                                else SDPBackend.CUDNN_ATTENTION)
 
-                    def fn():
+                    def attention(q, k, v):
                         with sdpa_kernel(backend):
                             return F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
                 else:
                     mask = (create_block_mask(causal_mask, None, None, p["seqlen"], p["seqlen"])
                             if p["causal"] else None)
 
-                    def fn():
+                    def attention(q, k, v):
                         return flex(q, k, v, block_mask=mask)
+                if direction == "fwd":
+                    def fn():
+                        return attention(q, k, v)
+                else:
+                    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                    out = attention(qg, kg, vg)
+
+                    def fn():
+                        return torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
                 fn()
                 torch.cuda.synchronize()
                 ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                entry.update(ms=ms, tflops=tflops(p, ms), setup_s=round(time.time() - start, 2))
+                entry.update(ms=ms, tflops=tflops(p, ms, direction),
+                             setup_s=round(time.time() - start, 2))
             except Exception as e:  # a peer that cannot run this problem is reported, not fatal
                 entry.update(error=f"{type(e).__name__}: {e}"[:300])
             results.append(entry)
             print(json.dumps(entry), flush=True)
             with open(args.out, "w") as f:  # rewritten each time: a cut-off run keeps its rows
                 json.dump(results, f, indent=1)
-        del q, k, v
+            out = qg = kg = vg = None  # frees the saved graph before the next peer
+        del q, k, v, dout
     return 0
 
 

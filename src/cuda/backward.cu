@@ -67,11 +67,9 @@ Status plan_of(const core::BackwardParams& p, BwdPlan* plan) {
                        " (larger head dims are not implemented in the CUDA backward yet; use "
                        "Backend::kCpu)");
   }
-  const int slices = bwd_sm80_tile(plan->head_dim).slices;
-  if (static_cast<int64_t>(p.nheads_k) * slices > 65535 || p.batch > 65535) {
-    return unsupported("q: expected batch <= 65535 and nheads_k <= " +
-                       std::to_string(65535 / slices) + ", got batch=" + std::to_string(p.batch) +
-                       " nheads_k=" + std::to_string(p.nheads_k));
+  if (p.nheads_k > 65535 || p.batch > 65535) {
+    return unsupported("q: expected batch <= 65535 and nheads_k <= 65535, got batch=" +
+                       std::to_string(p.batch) + " nheads_k=" + std::to_string(p.nheads_k));
   }
   const bool varlen = p.is_varlen();
   const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
@@ -143,9 +141,7 @@ size_t backward_workspace_size(const core::BackwardParams& p) {
   BwdPlan plan;
   if (!plan_of(p, &plan).ok()) return 0;
   const size_t kernel_bytes =
-      bwd_workspace_layout(kernel_shape(p, plan), bwd_sm80_tile(plan.head_dim).block_m,
-                           bwd_sm80_tile(plan.head_dim).slices)
-          .total;
+      bwd_workspace_layout(kernel_shape(p, plan), bwd_sm80_tile(plan.head_dim).block_m).total;
   return kernel_bytes + (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }
 
@@ -164,8 +160,7 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   BwdPlan plan;
   plan_of(p, &plan);
   auto run = [&](const core::BackwardParams& q) {
-    const BwdTile tile = bwd_sm80_tile(q.head_dim);
-    const BwdWorkspace w = bwd_workspace(q, tile.block_m, tile.slices);
+    const BwdWorkspace w = bwd_workspace(q, bwd_sm80_tile(q.head_dim).block_m);
     return q.dtype == core::ElementType::kF16 ? run_typed<__half>(q, w, stream)
                                               : run_typed<__nv_bfloat16>(q, w, stream);
   };

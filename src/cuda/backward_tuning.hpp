@@ -4,22 +4,26 @@
 
 namespace flashattn::cuda {
 
-// block_n keys per block (each of the `warps` warps owns 16 of them and keeps their dK and dV
-// rows in registers: 2 * head_dim / slices fp32 registers per thread), block_m queries per
-// step of the loop over the query blocks (the S^T and dP^T accumulators: block_m / 2
-// registers each). slices > 1 splits the dK/dV columns over that many blocks per key block,
-// each recomputing S and dP (the two products over the full head dim) and taking its share
-// of dQ: how d = 256 fits the registers. Sized so that little or nothing spills (ptxas -v).
+// One block owns block_n keys and loops over the query blocks of block_m rows. Its warps take
+// three different shares of the work (bwd_kernel.cuh):
+//   S^T and dP^T (block_n x block_m): sdp_warps_n warps along the keys, the rest along the
+//     queries;
+//   dK and dV (block_n x head_dim, fp32 registers for the whole kernel): kv_warps_n warps
+//     along the keys, the rest along the columns;
+//   dQ (block_m x head_dim): dq_warps_m warps along the queries, the rest along the columns.
+// Larger per-warp shares read fewer shared-memory bytes per multiply-add; dK and dV bound them
+// through the registers (ptxas -v: nothing should spill).
 struct BwdTile {
   int block_m;
   int block_n;
   int warps;
   int min_blocks_per_sm;
-  int slices;
+  int sdp_warps_n;
+  int kv_warps_n;
+  int dq_warps_m;
 };
 
-// Head dims with a compiled backward kernel; every other d <= 256 is padded up to the next
-// one (129 .. 256 to 256: one kernel with two column slices instead of two more kernels).
+// Head dims with a compiled backward kernel; every other d <= 256 is padded up to the next.
 inline constexpr int kBwdHeadDims[] = {32, 64, 96, 128, 256};
 inline constexpr int kBwdMaxHeadDim = 256;
 
@@ -33,26 +37,49 @@ constexpr int bwd_kernel_head_dim(int head_dim) {
 
 constexpr BwdTile bwd_sm80_tile(int head_dim) {
   switch (head_dim) {
-    case 32: return {64, 64, 4, 2, 1};
-    case 64: return {64, 64, 4, 2, 1};
-    case 96: return {64, 64, 4, 1, 1};
-    case 128: return {32, 64, 4, 1, 1};
-    case 256: return {32, 64, 4, 1, 2};
-    default: return {0, 0, 0, 0, 0};
+    case 32: return {64, 128, 8, 1, 4, 8, 4};
+    case 64: return {128, 128, 8, 1, 4, 4, 4};
+    case 96: return {64, 64, 4, 1, 2, 4, 4};
+    case 128: return {64, 128, 8, 1, 4, 4, 2};
+    case 256: return {32, 64, 8, 1, 4, 2, 1};
+    default: return {0, 0, 0, 0, 0, 0, 0};
   }
 }
 
-// Q and dO double-buffered, K, V, dS^T, and the rows' lse and D double-buffered.
+// Q and dO double-buffered, K, V, P^T, dS^T, and the rows' lse and D double-buffered.
 constexpr int bwd_smem_bytes(int head_dim, BwdTile t) {
-  return (4 * t.block_m + 2 * t.block_n) * head_dim * 2 + t.block_n * t.block_m * 2 +
+  return (4 * t.block_m + 2 * t.block_n) * head_dim * 2 + 2 * t.block_n * t.block_m * 2 +
          16 * t.block_m;
 }
 
-// A slice must start on a 64-column panel of the shared-memory tiles (smem_tile.cuh).
+// The column panel of a shared-memory tile `width` elements wide (smem_tile.cuh).
+constexpr int bwd_panel(int width) { return width % 64 == 0 ? 64 : 32; }
+
+// A warp's columns [c0, c0 + cols) of a tile `width` wide, c0 a multiple of cols: its ldmatrix
+// lane offsets stay valid if it covers whole panels or stays inside one (bwd_gemm.cuh).
+constexpr bool bwd_columns_ok(int cols, int width) {
+  return cols % 16 == 0 && width % cols == 0 &&
+         (cols % bwd_panel(width) == 0 || bwd_panel(width) % cols == 0);
+}
+
+// One warp's share `a x b` of a `rows x cols` product split over `warps_a` x (warps / warps_a).
+constexpr bool bwd_split_ok(int rows, int warps, int warps_a) {
+  return warps_a > 0 && warps % warps_a == 0 && rows % warps_a == 0 && (rows / warps_a) % 16 == 0;
+}
+
 constexpr bool bwd_tile_valid(int head_dim, BwdTile t) {
-  return t.warps > 0 && t.block_n == 16 * t.warps && t.block_m % 32 == 0 &&
-         head_dim % 32 == 0 && t.slices >= 1 && head_dim % t.slices == 0 &&
-         (t.slices == 1 || (head_dim / t.slices) % 64 == 0) && head_dim / t.slices <= 128 &&
+  const int threads = 32 * t.warps;
+  const int copy_rows = t.warps > 0 ? threads / (bwd_panel(head_dim) / 8) : 0;  // per pass
+  return t.warps > 0 && head_dim % 32 == 0 && t.block_m % 32 == 0 && t.block_n % 16 == 0 &&
+         threads >= 2 * t.block_m && copy_rows % 16 == 0 && t.block_m % copy_rows == 0 &&
+         t.block_n % copy_rows == 0 &&
+         bwd_split_ok(t.block_n, t.warps, t.sdp_warps_n) &&
+         bwd_split_ok(t.block_m, t.warps, t.warps / t.sdp_warps_n) &&
+         bwd_split_ok(t.block_n, t.warps, t.kv_warps_n) &&
+         bwd_columns_ok(head_dim / (t.warps / t.kv_warps_n), head_dim) &&
+         bwd_split_ok(t.block_m, t.warps, t.dq_warps_m) &&
+         bwd_columns_ok(t.block_m / t.dq_warps_m, t.block_m) &&
+         bwd_columns_ok(head_dim / (t.warps / t.dq_warps_m), head_dim) &&
          bwd_smem_bytes(head_dim, t) <= 163 * 1024;
 }
 

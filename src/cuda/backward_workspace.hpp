@@ -1,7 +1,7 @@
 // The backward's workspace, carved from the caller's buffer: per (head, query row) the fp32
 // D_i = dot(dO_i, O_i) and lse_i * log2(e) (+inf for a row without keys, so that its
 // recomputed P is exactly 0), the fp32 dQ accumulator [rows, heads, d], and for the
-// deterministic mode one int32 turn counter per (column slice, batch, head, query block).
+// deterministic mode one int32 turn counter per (batch, head, query block).
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@ struct BwdWorkspace {
   float* dsum = nullptr;        // [nheads][total_q]
   float* lse_log2 = nullptr;    // [nheads][total_q]
   float* dq_accum = nullptr;    // [total_q][nheads][head_dim]
-  int32_t* turns = nullptr;     // [slices][batch][nheads][query blocks]; deterministic only
+  int32_t* turns = nullptr;     // [batch][nheads][query blocks]; deterministic only
   size_t turns_bytes = 0;
 };
 
@@ -26,8 +26,7 @@ struct BwdWorkspaceLayout {
 
 inline size_t bwd_align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-inline BwdWorkspaceLayout bwd_workspace_layout(const core::BackwardParams& p, int block_m,
-                                               int slices) {
+inline BwdWorkspaceLayout bwd_workspace_layout(const core::BackwardParams& p, int block_m) {
   BwdWorkspaceLayout l{};
   const size_t rows = static_cast<size_t>(p.total_q) * p.nheads;
   l.dsum = 0;
@@ -36,13 +35,13 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const core::BackwardParams& p, in
   l.turns = l.dq_accum + bwd_align_up(rows * p.head_dim * 4);
   const size_t m_blocks = (static_cast<size_t>(p.seqlen_q) + block_m - 1) / block_m;
   l.turns_bytes =
-      p.deterministic ? static_cast<size_t>(slices) * p.batch * p.nheads * m_blocks * 4 : 0;
+      p.deterministic ? static_cast<size_t>(p.batch) * p.nheads * m_blocks * 4 : 0;
   l.total = l.turns + bwd_align_up(l.turns_bytes);
   return l;
 }
 
-inline BwdWorkspace bwd_workspace(const core::BackwardParams& p, int block_m, int slices) {
-  const BwdWorkspaceLayout l = bwd_workspace_layout(p, block_m, slices);
+inline BwdWorkspace bwd_workspace(const core::BackwardParams& p, int block_m) {
+  const BwdWorkspaceLayout l = bwd_workspace_layout(p, block_m);
   char* base = static_cast<char*>(p.workspace);
   BwdWorkspace w;
   w.dsum = reinterpret_cast<float*>(base + l.dsum);

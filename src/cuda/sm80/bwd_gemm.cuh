@@ -1,9 +1,20 @@
-// warp:: the product of the backward that reads both operands from shared memory:
-//   dq[4][4] = dS[16 queries, block] . K[block, 32 columns]
-// for one 16 x 32 piece of a query block's dQ. dS is stored transposed (DsTile: rows are
-// keys, columns queries, the layout its producer writes from the dS^T accumulators), so the
-// A fragments come from ldmatrix.trans; K is a row-major [key][d] tile, read as the B operand
-// with ldmatrix.trans too (as V in fwd_gemm.cuh's pv_output). Layouts: prim/mma.cuh.
+// warp:: the backward's products, both operands from shared memory (SmemTile layouts):
+//   acc[MT][NT][4] += A[MT*16 rows, K] . B[K, NT*8 columns]
+// Each operand is stored either with its product's k index along the tile's columns
+// ("k-minor": K and Q for S^T = K Q^T, P^T for dV = P^T dO) or along the tile's rows
+// ("k-major": dO for dV, dS^T for dQ = dS K, K for dQ). The ldmatrix form follows from that:
+//   A k-minor: ldmatrix       lanes at rows lane % 16,                 chunks + lane / 16
+//   A k-major: ldmatrix.trans lanes at rows lane % 8 + 8 (lane / 16),  chunks + (lane / 8) % 2
+//   B k-minor: ldmatrix       lanes at rows lane % 8 + 8 (lane / 16),  chunks + (lane / 8) % 2
+//   B k-major: ldmatrix.trans lanes at rows lane % 16,                 chunks + lane / 16
+// so two lane patterns serve all four (kRowPattern, kPairPattern). Fragment layouts:
+// prim/mma.cuh.
+//
+// A warp's operand may start at a column chunk c0 of its tile (its share of the queries or of
+// the head dim): the lane offsets are taken at c0 (lane_offsets), and the loops add chunk
+// offsets relative to c0. That is exact when the warp's columns cover whole panels (c0 a
+// multiple of the swizzle span) or lie inside one panel (backward_tuning.hpp, bwd_columns_ok).
+// Row offsets (multiples of 16) go into the base address.
 #pragma once
 
 #include <cstdint>
@@ -13,40 +24,73 @@
 
 namespace flashattn::cuda::sm80::warp {
 
-// Lane offsets of the two ldmatrix.trans patterns of dq_piece.
-template <class DsTile, class KTile>
-struct DqLaneOffsets {
-  int ds[DsTile::kLaneOffsets];  // rows (keys) lane % 8 + 8 (lane / 16), chunks + (lane / 8) % 2
-  int k[KTile::kLaneOffsets];    // rows (keys) lane % 16, chunks + lane / 16
+enum class LanePattern { kRows, kPairs };
 
-  __device__ __forceinline__ explicit DqLaneOffsets(int lane) {
-    DsTile::lane_offsets(lane % 8 + 8 * (lane / 16), (lane / 8) % 2, ds);
-    KTile::lane_offsets(lane % 16, lane / 16, k);
+// This lane's offsets for `pattern` in a tile whose warp columns start at chunk `chunk0`. The
+// whole panels before chunk0 go into `panel_bytes` (added to the operand's base address), so
+// warps whose columns start on a panel share the lane offsets of chunk 0.
+template <class Tile, LanePattern Pattern>
+struct TileLanes {
+  int offset[Tile::kLaneOffsets];
+  uint32_t panel_bytes;
+  __device__ __forceinline__ TileLanes(int lane, int chunk0) {
+    const int in_span = chunk0 % Tile::kSwizzleSpan;
+    panel_bytes = 2 * Tile::fixed_offset(0, chunk0 - in_span);
+    if constexpr (Pattern == LanePattern::kRows) {
+      Tile::lane_offsets(lane % 16, in_span + lane / 16, offset);
+    } else {
+      Tile::lane_offsets(lane % 8 + 8 * (lane / 16), in_span + (lane / 8) % 2, offset);
+    }
   }
 };
 
-// `row_tile`: the 16 queries 16 row_tile .. + 15 of the block; `col_piece`: d columns
-// 32 col_piece .. + 31. Keys: the BlockN rows of both tiles.
-template <class T, int BlockN, class DsTile, class KTile>
-__device__ __forceinline__ void dq_piece(float (&dq)[4][4], uint32_t ds_smem, uint32_t k_smem,
-                                         int row_tile, int col_piece,
-                                         const DqLaneOffsets<DsTile, KTile>& lanes) {
+template <bool KMajor>
+inline constexpr LanePattern kAPattern = KMajor ? LanePattern::kPairs : LanePattern::kRows;
+template <bool KMajor>
+inline constexpr LanePattern kBPattern = KMajor ? LanePattern::kRows : LanePattern::kPairs;
+
+template <class T, int MT, int NT, int K, bool AKMajor, bool BKMajor, class ATile, class BTile>
+__device__ __forceinline__ void mma_smem(float (&acc)[MT][NT][4], uint32_t a_smem,
+                                         const TileLanes<ATile, kAPattern<AKMajor>>& a_lanes,
+                                         uint32_t b_smem,
+                                         const TileLanes<BTile, kBPattern<BKMajor>>& b_lanes) {
+  static_assert(K % 16 == 0 && NT % 2 == 0, "products run 16 x 16 at a time");
+  a_smem += a_lanes.panel_bytes;
+  b_smem += b_lanes.panel_bytes;
 #pragma unroll
-  for (int kt = 0; kt < BlockN / 16; ++kt) {
-    // Matrices (transposed): keys 16kt + 0-7 at query chunks 2 row_tile, 2 row_tile + 1,
-    // then keys 16kt + 8-15 likewise: A[query][key] for both k halves.
-    uint32_t a[4];
-    prim::warp::ldmatrix_x4_trans(a, ds_smem + DsTile::split_offset_bytes(lanes.ds, 16 * kt,
-                                                                          2 * row_tile));
+  for (int kt = 0; kt < K / 16; ++kt) {
+    uint32_t a[MT][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int m = 0; m < MT; ++m) {
+      if constexpr (AKMajor) {
+        // Matrices (transposed): k 0-7 at row chunks 2m, 2m + 1, then k 8-15 likewise.
+        prim::warp::ldmatrix_x4_trans(
+            a[m], a_smem + ATile::split_offset_bytes(a_lanes.offset, 16 * kt, 2 * m));
+      } else {
+        // Matrices: rows 0-7 / 8-15 at k chunk 2kt, then at 2kt + 1.
+        prim::warp::ldmatrix_x4(a[m],
+                                a_smem + ATile::split_offset_bytes(a_lanes.offset, 16 * m, 2 * kt));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT / 2; ++j) {
       uint32_t b[4];
-      prim::warp::ldmatrix_x4_trans(
-          b, k_smem + KTile::split_offset_bytes(lanes.k, 16 * kt, 4 * col_piece + 2 * j));
+      if constexpr (BKMajor) {
+        // Matrices (transposed): k 0-7 / 8-15 at column chunk 2j, then at 2j + 1.
+        prim::warp::ldmatrix_x4_trans(
+            b, b_smem + BTile::split_offset_bytes(b_lanes.offset, 16 * kt, 2 * j));
+      } else {
+        // Matrices: columns 16j + 0-7 at k chunk 2kt, 2kt + 1, then columns 16j + 8-15.
+        prim::warp::ldmatrix_x4(b,
+                                b_smem + BTile::split_offset_bytes(b_lanes.offset, 16 * j, 2 * kt));
+      }
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      prim::warp::mma_m16n8k16<T>(dq[2 * j], a, b0);
-      prim::warp::mma_m16n8k16<T>(dq[2 * j + 1], a, b1);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        prim::warp::mma_m16n8k16<T>(acc[m][2 * j], a[m], b0);
+        prim::warp::mma_m16n8k16<T>(acc[m][2 * j + 1], a[m], b1);
+      }
     }
   }
 }

@@ -1,31 +1,37 @@
 // The FlashAttention-2 backward main kernel on mma.sync (sm_80 and newer).
 //
-// Tile scheduler: one block per (key block, KV head x column slice, batch entry). Each of its
-// warps owns 16 keys and keeps their dK and dV rows (the slice's columns) in registers for the
-// whole kernel; K and V stay in shared memory. With slices > 1 (large head dims) the blocks of
-// one key block each recompute S and dP and take a disjoint share of the dQ pieces. GQA/MQA: the block loops over the query heads of its KV head, so dK and dV
-// sum the group in registers and are written once, without atomics or extra workspace.
+// Tile scheduler: one block per (key block, KV head, batch entry); it keeps dK and dV of its
+// block_n keys in registers for the whole kernel, spread over its warps (each warp a
+// kv-share: some keys x some columns); K and V stay in shared memory. GQA/MQA: the block loops
+// over the query heads of its KV head, so dK and dV sum the group in registers and are written
+// once, without atomics or extra workspace.
 //
 // Mainloop over the query blocks that see this key block: the set is defined by the forward's
 // mask policy (FwdMask::blocks with the backward's tile), so a query block is visited iff the
 // forward would visit this key block for it, and it is masked iff the forward masks it. Per
 // query block (Q and dO double-buffered with cp.async, prefetched one block ahead):
-//   dP^T = V dO^T,  S^T = K Q^T                (this warp's 16 keys x block_m queries)
-//   P^T  = exp2(S^T * log2_unit - lse2)        (softcap / ALiBi / mask as the forward;
-//                                               lse2 and D staged in shared memory)
-//   dS^T = P^T o (Z o dP^T - D) [o (1 - tanh^2)]  (softcap: the tanh derivative)
-//   dV  += (Z o P^T) dO,  dK += dS^T Q         (P^T and dS^T straight from the registers)
-//   dQ  += dS K                                (dS^T through shared memory; fp32 atomics
-//                                               into the workspace accumulator)
-// Z is dropout's factor (0 or 1/(1-p), the forward's keep-test: dropout.cuh) in the kDropout
-// instantiation, 1 in the other, which carries no dropout code.
+//   S^T = K Q^T, dP^T = V dO^T     each warp an sdp-share (keys x queries) of the block
+//   P^T, dS^T                      thread::bwd_element (bwd_elementwise.cuh), stored to
+//                                  shared memory: the dK/dV and dQ shares need other
+//                                  warps' elements
+//   dV += P^T dO, dK += dS^T Q     each warp its kv-share
+//   dQ  = dS K                     each warp a dq-share, fp32 atomics into the workspace
+//                                  accumulator
+// Two barriers per query block: after the Q/dO copy landed, and after P^T / dS^T are stored.
+// Dropout (the kDropout instantiation; the other carries no dropout code): the forward's
+// keep-test (dropout.cuh) gives Z = 0 or 1/(1-p) per element; dV takes P^T Z and dS^T is
+// P^T o (Z dP^T - D), as the reference's backward.
 // The scale is applied once: to dK here, to dQ by bwd_convert_dq.
 //
-// Deterministic mode: before adding into dQ of query block m, the block waits for its turn
-// (the key blocks visiting m, in increasing order; one counter per column slice), so every
-// accumulator element receives its additions in one fixed order. Blocks are dispatched in
-// increasing blockIdx order, and a block only waits for lower key blocks of the same
-// (head, slice, batch), which are already resident or done.
+// Deterministic mode: before adding into dQ of query block m, the block waits for its turn, so
+// every accumulator element receives its additions in one fixed order: the key blocks
+// visiting m in decreasing order. With a causal or sliding-window mask the highest of them is
+// the first to reach m (it starts nearest the diagonal), so the turns follow the arrival
+// order and nobody waits long; without a mask every block reaches m at the same step and the
+// waits form a staircase of one dQ addition per key block. The block computes its dQ share
+// before waiting: the wait covers only the atomics. Key blocks are numbered backwards from
+// blockIdx.x, so a block only waits for blocks of the same (head, batch) dispatched before it,
+// which are resident or done.
 #pragma once
 
 #include <math_constants.h>
@@ -39,9 +45,9 @@
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/dropout.cuh"
-#include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/smem_tile.cuh"
@@ -58,23 +64,21 @@ struct BwdShape {
   static constexpr int kWarps = kTile.warps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocks = kTile.min_blocks_per_sm;
-  static constexpr int kSlices = kTile.slices;
-  static constexpr int kDV = D / kSlices;  // dK/dV columns of one block
-  static constexpr int kNT = kBlockM / 8;  // 8-query column tiles of S^T
-  static constexpr int kDT = kDV / 8;      // 8-column tiles of dK, dV
-  using QTile = SmemTile<kBlockM, D>;      // Q and dO
-  using SliceTile = SmemTile<kBlockM, kDV>;  // a column slice of Q or dO (whole 64-col panels)
-  using KTile = SmemTile<kBlockN, D>;      // K and V
-  using DsTile = SmemTile<kBlockN, kBlockM>;
+  // The three shares of a warp (backward_tuning.hpp): rows x columns of each product.
+  static constexpr int kSdpKeys = kBlockN / kTile.sdp_warps_n;
+  static constexpr int kSdpQueries = kBlockM / (kWarps / kTile.sdp_warps_n);
+  static constexpr int kKvKeys = kBlockN / kTile.kv_warps_n;
+  static constexpr int kKvCols = D / (kWarps / kTile.kv_warps_n);
+  static constexpr int kDqQueries = kBlockM / kTile.dq_warps_m;
+  static constexpr int kDqCols = D / (kWarps / kTile.dq_warps_m);
+  using QTile = SmemTile<kBlockM, D>;        // Q and dO
+  using KTile = SmemTile<kBlockN, D>;        // K and V
+  using PTile = SmemTile<kBlockN, kBlockM>;  // P^T and dS^T: rows keys, columns queries
   // Per query block, double-buffered: lse in log2 units and D of its rows (fp32).
   static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;
-  static_assert(kThreads >= 2 * kBlockM, "one thread stages each lse and D value");
   static constexpr int kSmemBytes =
-      4 * QTile::kBytes + 2 * KTile::kBytes + DsTile::kBytes + kStatsBytes;
+      4 * QTile::kBytes + 2 * KTile::kBytes + 2 * PTile::kBytes + kStatsBytes;
   static_assert(kSmemBytes == bwd_smem_bytes(D, kTile), "smem size disagrees with the table");
-  static constexpr int kDqPieces = (kBlockM / 16) * (D / 32);  // 16 x 32 pieces of dQ
-  static_assert((D / 32) % kSlices == 0, "dQ pieces split evenly over the slices");
-  static constexpr int kSliceDqPieces = kDqPieces / kSlices;
 };
 
 __device__ __forceinline__ int load_acquire(const int32_t* p) {
@@ -92,6 +96,38 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 #endif
 }
 
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+    }
+  }
+}
+
+// Stores a warp's accumulator share (rows row0.., 8-column tiles from chunk chunk0) to a
+// PTile as 16-bit elements; each 8-row phase of the stores covers all 32 banks once.
+template <class T, class Tile, int MT, int NT>
+__device__ __forceinline__ void store_share(unsigned char* tile, const float (&acc)[MT][NT][4],
+                                            int row0, int chunk0, int lane) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 16 * m + lane / 4 + 8 * half;
+        const int offset = Tile::chunk_offset(row, chunk0 + j) + 2 * (lane % 4);
+        *reinterpret_cast<uint32_t*>(tile + offset * 2) =
+            prim::thread::pack2<T>(acc[m][j][2 * half], acc[m][j][2 * half + 1]);
+      }
+    }
+  }
+}
+
 template <class T, int D, class TileT, bool kDropout>
 __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, TileT>::kMinBlocks)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const FwdScores sc,
@@ -99,16 +135,18 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   using S = BwdShape<D, TileT>;
   using QTile = typename S::QTile;
   using KTile = typename S::KTile;
-  using DsTile = typename S::DsTile;
-  constexpr int kBlockM = S::kBlockM, kBlockN = S::kBlockN, kNT = S::kNT, kDT = S::kDT;
+  using PTile = typename S::PTile;
+  constexpr int kBlockM = S::kBlockM, kBlockN = S::kBlockN;
+  constexpr int kSdpMT = S::kSdpKeys / 16, kSdpNT = S::kSdpQueries / 8;
+  constexpr int kKvMT = S::kKvKeys / 16, kKvNT = S::kKvCols / 8;
+  constexpr int kDqMT = S::kDqQueries / 16, kDqNT = S::kDqCols / 8;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int n = blockIdx.x;
-  const int hk = blockIdx.y / S::kSlices;
-  const int slice = blockIdx.y % S::kSlices;
+  const int n = gridDim.x - 1 - blockIdx.x;  // backwards: see the deterministic mode
+  const int hk = blockIdx.y;
   const int b = blockIdx.z;
 
   // This sequence: its query rows, all its key rows (dK/dV are written for each of them,
@@ -151,9 +189,11 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const uint32_t do_smem = q_smem + 2 * QTile::kBytes;
   const uint32_t k_smem = do_smem + 2 * QTile::kBytes;
   const uint32_t v_smem = k_smem + KTile::kBytes;
-  const uint32_t ds_smem = v_smem + KTile::kBytes;
+  const uint32_t pt_smem = v_smem + KTile::kBytes;
+  const uint32_t ds_smem = pt_smem + PTile::kBytes;
+  unsigned char* pt_bytes = smem + (pt_smem - q_smem);
   unsigned char* ds_bytes = smem + (ds_smem - q_smem);
-  float* stats = reinterpret_cast<float*>(ds_bytes + DsTile::kBytes);  // [buffer][lse2 | D]
+  float* stats = reinterpret_cast<float*>(ds_bytes + PTile::kBytes);  // [buffer][lse2 | D]
 
   auto load_q_do = [&](int g, int m, int buffer) {
     const int h = hk * group + g;
@@ -176,22 +216,21 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     return is_lse ? w.lse_log2[row] : w.dsum[row];
   };
 
-  const warp::LaneOffsets<KTile, QTile> lanes(lane);
-  const warp::LaneOffsets<KTile, typename S::SliceTile> slice_lanes(lane);
-  // The slice's columns of a Q or dO buffer start at panel slice * kDV / 64.
-  const uint32_t slice_bytes = slice * S::kDV * kBlockM * 2;
-  const warp::DqLaneOffsets<DsTile, KTile> dq_lanes(lane);
-  const uint32_t k_warp_smem = k_smem + KTile::fixed_offset(16 * warp, 0) * 2;
-  const uint32_t v_warp_smem = v_smem + KTile::fixed_offset(16 * warp, 0) * 2;
-  const int thread_key0 = n0 + 16 * warp + lane / 4;  // + 8 half
-  const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  // The warp's shares (backward_tuning.hpp): first rows and columns.
+  const int sdp_key0 = (warp % S::kTile.sdp_warps_n) * S::kSdpKeys;
+  const int sdp_query0 = (warp / S::kTile.sdp_warps_n) * S::kSdpQueries;
+  const int kv_key0 = (warp % S::kTile.kv_warps_n) * S::kKvKeys;
+  const int kv_col0 = (warp / S::kTile.kv_warps_n) * S::kKvCols;
+  const int dq_query0 = (warp % S::kTile.dq_warps_m) * S::kDqQueries;
+  const int dq_col0 = (warp / S::kTile.dq_warps_m) * S::kDqCols;
 
-  float dk[1][kDT][4], dv[1][kDT][4];
-#pragma unroll
-  for (int d = 0; d < kDT; ++d) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[0][d][e] = dv[0][d][e] = 0.f;
-  }
+  const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int key_shift = seqlen_k - seqlen_q;  // query + key_shift: the query's diagonal key
+  const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
+
+  float dk[kKvMT][kKvNT][4], dv[kKvMT][kKvNT][4];
+  zero(dk);
+  zero(dv);
 
   // One query block m of query head h, its Q and dO in `buffer`.
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
@@ -200,102 +239,92 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
     const float alibi_raw =
         p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
-
     const float* lse2 = stats + buffer * 2 * kBlockM;
     const float* dsum = lse2 + kBlockM;
-    float s[1][kNT][4], dp[1][kNT][4];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][j][e] = dp[0][j][e] = 0.f;
-    }
-    warp::qk_scores<T, 1, kNT, D, KTile, QTile>(dp, v_warp_smem, do_buf, lanes);
-    warp::qk_scores<T, 1, kNT, D, KTile, QTile>(s, k_warp_smem, q_buf, lanes);
-    const auto drop = bwd_dropout_mask<kDropout, kNT>(p, b, h, n0 + 16 * warp, m0, lane);
+    using warp::LanePattern;
+    using warp::TileLanes;
+    // S^T, dP^T: K / V k-minor A, Q / dO k-minor B.
+    const TileLanes<KTile, LanePattern::kRows> kv_a_lanes(lane, 0);
+    const TileLanes<QTile, LanePattern::kPairs> q_b_lanes(lane, 0);
+    const uint32_t k_warp = k_smem + 2 * KTile::fixed_offset(sdp_key0, 0);
+    const uint32_t v_warp = v_smem + 2 * KTile::fixed_offset(sdp_key0, 0);
+    const uint32_t q_rows = 2 * QTile::fixed_offset(sdp_query0, 0);
+    // dV, dK: P^T / dS^T k-minor A, dO / Q k-major B at the warp's columns.
+    const TileLanes<PTile, LanePattern::kRows> pt_a_lanes(lane, 0);
+    const TileLanes<QTile, LanePattern::kRows> q_kv_lanes(lane, kv_col0 / 8);
+    const uint32_t pt_rows = 2 * PTile::fixed_offset(kv_key0, 0);
+    // dQ: dS^T k-major A at the warp's queries, K k-major B at the warp's columns.
+    const TileLanes<PTile, LanePattern::kPairs> ds_dq_lanes(lane, dq_query0 / 8);
+    const TileLanes<KTile, LanePattern::kRows> k_dq_lanes(lane, dq_col0 / 8);
 
+    {
+      float s[kSdpMT][kSdpNT][4], dp[kSdpMT][kSdpNT][4];
+      zero(s);
+      zero(dp);
+      warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(s, k_warp, kv_a_lanes, q_buf + q_rows,
+                                                         q_b_lanes);
+      warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(dp, v_warp, kv_a_lanes,
+                                                         do_buf + q_rows, q_b_lanes);
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
+      for (int i = 0; i < kSdpMT; ++i) {
+        const auto drop = bwd_dropout_mask<kDropout, kSdpNT>(p, b, h, n0 + sdp_key0 + 16 * i,
+                                                             m0 + sdp_query0, lane);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int key = thread_key0 + 8 * half;
+        for (int j = 0; j < kSdpNT; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int column = 8 * j + 2 * (lane % 4) + e;
-          const int query = m0 + column;
-          float raw = s[0][j][2 * half + e];
-          float dtanh = 1.f;
-          if (sc.softcap_pre != 0.f) {
-            raw = prim::thread::tanh_exp2(raw * sc.softcap_pre);
-            dtanh = 1.f - raw * raw;
-          }
-          if (alibi_raw != 0.f) {
-            raw -= alibi_raw * fabsf(static_cast<float>(query + seqlen_k - seqlen_q - key));
-          }
-          float prob = prim::thread::exp2_approx(fmaf(raw, sc.log2_unit, -lse2[column]));
-          if constexpr (std::decay_t<decltype(masked)>::value) {
-            if (!core::key_visible(query, key, seqlen_q, seqlen_k, p.window_left, p.window_right)) {
-              prob = 0.f;
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + sdp_key0 + 16 * i + lane / 4 + 8 * (e / 2);
+            const int column = sdp_query0 + 8 * j + 2 * (lane % 4) + e % 2;
+            const int distance = m0 + column + key_shift - key;  // to the query's diagonal
+            bool visible = true;
+            if constexpr (std::decay_t<decltype(masked)>::value) {
+              // core::key_visible, from the distance
+              visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
+                        (p.window_right < 0 || distance >= -p.window_right);
             }
+            const thread::BwdElement el = thread::bwd_element(
+                s[i][j][e], drop.apply(dp[i][j][e], j, e / 2, e % 2), lse2[column],
+                dsum[column], sc, alibi_raw, distance, visible);
+            s[i][j][e] = drop.apply(el.p, j, e / 2, e % 2);
+            dp[i][j][e] = el.ds;
           }
-          const float dprob = drop.apply(dp[0][j][2 * half + e], j, half, e);
-          s[0][j][2 * half + e] = drop.apply(prob, j, half, e);
-          dp[0][j][2 * half + e] = prob * (dprob - dsum[column]) * dtanh;
         }
       }
+      // Their previous readers finished before the step's first barrier.
+      store_share<T, PTile>(pt_bytes, s, sdp_key0, sdp_query0 / 8, lane);
+      store_share<T, PTile>(ds_bytes, dp, sdp_key0, sdp_query0 / 8, lane);
     }
+    __syncthreads();  // P^T and dS^T complete
 
-    using SliceTile = typename S::SliceTile;
-    warp::pv_output<T, 1, kNT, kDT, KTile, SliceTile>(dv, s, do_buf + slice_bytes, slice_lanes);
-    warp::pv_output<T, 1, kNT, kDT, KTile, SliceTile>(dk, dp, q_buf + slice_bytes, slice_lanes);
+    warp::mma_smem<T, kKvMT, kKvNT, kBlockM, false, true>(dv, pt_smem + pt_rows, pt_a_lanes,
+                                                          do_buf, q_kv_lanes);
+    warp::mma_smem<T, kKvMT, kKvNT, kBlockM, false, true>(dk, ds_smem + pt_rows, pt_a_lanes,
+                                                          q_buf, q_kv_lanes);
+    float dq[kDqMT][kDqNT][4];
+    zero(dq);
+    warp::mma_smem<T, kDqMT, kDqNT, kBlockN, true, true>(dq, ds_smem, ds_dq_lanes, k_smem,
+                                                         k_dq_lanes);
 
-    // dS^T to shared memory (its previous readers finished before the step's first barrier).
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 16 * warp + lane / 4 + 8 * half;
-        const uint32_t packed =
-            prim::thread::pack2<T>(dp[0][j][2 * half], dp[0][j][2 * half + 1]);
-        const int offset = DsTile::chunk_offset(row, j) + 2 * (lane % 4);
-        *reinterpret_cast<uint32_t*>(ds_bytes + offset * 2) = packed;
-      }
-    }
     int32_t* turn_counter = nullptr;
     if (p.deterministic) {
-      turn_counter =
-          w.turns + ((static_cast<int64_t>(slice) * p.batch + b) * p.nheads + h) * m_blocks_max + m;
+      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
       if (tid == 0) {
         while (load_acquire(turn_counter) != turn) {
         }
       }
+      __syncthreads();  // our turn to add into dQ
     }
-    __syncthreads();  // dS^T complete (and, deterministic, our turn to add into dQ)
-
     float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
-    const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
 #pragma unroll
-    for (int i = 0; i < (S::kSliceDqPieces + S::kWarps - 1) / S::kWarps; ++i) {
-      const int piece = warp + i * S::kWarps;  // this slice's pieces: every kSlices-th column
-      if (S::kSliceDqPieces % S::kWarps == 0 || piece < S::kSliceDqPieces) {
-        const int row_tile = piece % (kBlockM / 16);
-        const int col_piece = (piece / (kBlockM / 16)) * S::kSlices + slice;
-        float dq[4][4];
+    for (int i = 0; i < kDqMT; ++i) {
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
+      for (int half = 0; half < 2; ++half) {
+        const int row = dq_query0 + 16 * i + lane / 4 + 8 * half;
+        if (m0 + row < seqlen_q) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dq[t][e] = 0.f;
-        }
-        warp::dq_piece<T, kBlockN, DsTile, KTile>(dq, ds_smem, k_smem, row_tile, col_piece,
-                                                  dq_lanes);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = 16 * row_tile + lane / 4 + 8 * half;
-          if (m0 + row < seqlen_q) {
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-              add_pair(accum + row * accum_row_stride + 32 * col_piece + 8 * t + 2 * (lane % 4),
-                       dq[t][2 * half], dq[t][2 * half + 1]);
-            }
+          for (int j = 0; j < kDqNT; ++j) {
+            add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + 2 * (lane % 4),
+                     dq[i][j][2 * half], dq[i][j][2 * half + 1]);
           }
         }
       }
@@ -335,7 +364,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     const KeyBlocks kb = blocks_of(m);
     const int h = hk * group + g;
-    const int turn = n - kb.begin;
+    const int turn = kb.end - 1 - n;
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
       step(unmasked, h, m, iteration % 2, turn);
     } else {
@@ -349,20 +378,24 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   }
   prim::thread::cp_async_wait<0>();
 
-  // Epilogue: dK (scaled) and dV rows of this warp's keys, zero for keys nobody attends.
-  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start)) + slice * S::kDV;
-  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start)) + slice * S::kDV;
+  // Epilogue: dK (scaled) and dV rows of this warp's share, zero for keys nobody attends.
+  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));
+  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start));
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = thread_key0 + 8 * half;
-    if (key < key_rows) {
+  for (int i = 0; i < kKvMT; ++i) {
 #pragma unroll
-      for (int d = 0; d < kDT; ++d) {
+    for (int half = 0; half < 2; ++half) {
+      const int key = n0 + kv_key0 + 16 * i + lane / 4 + 8 * half;
+      if (key < key_rows) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * d + 2 * (lane % 4) + e;
-          dk_out[key * p.dk.row_stride + col] = static_cast<T>(dk[0][d][2 * half + e] * p.scale);
-          dv_out[key * p.dv.row_stride + col] = static_cast<T>(dv[0][d][2 * half + e]);
+        for (int j = 0; j < kKvNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = kv_col0 + 8 * j + 2 * (lane % 4) + e;
+            dk_out[key * p.dk.row_stride + col] =
+                static_cast<T>(dk[i][j][2 * half + e] * p.scale);
+            dv_out[key * p.dv.row_stride + col] = static_cast<T>(dv[i][j][2 * half + e]);
+          }
         }
       }
     }

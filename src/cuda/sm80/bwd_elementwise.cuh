@@ -1,0 +1,34 @@
+// thread:: the backward's element-wise step, one (key, query) element of the block: from the
+// recomputed raw score S^T and the product dP^T = (V dO^T) to P^T (the operand of dV = P^T dO)
+// and dS^T (the operand of dK = dS^T Q and dQ = dS K). The only place where either is formed.
+//   P  = exp2(S * log2_unit - lse2)        (softcap / ALiBi / mask as the forward)
+//   dS = P o (dP - D) [o (1 - tanh^2)]     (softcap: the tanh derivative)
+#pragma once
+
+#include "cuda/prim/math.cuh"
+#include "cuda/sm80/fwd_kernel.cuh"
+
+namespace flashattn::cuda::sm80::thread {
+
+struct BwdElement {
+  float p;   // P^T
+  float ds;  // dS^T, unscaled (dK and dQ are scaled once at the end)
+};
+
+// `alibi_raw`: the slope in raw-score units (0: no ALiBi); `distance`: query + seqlen_k -
+// seqlen_q - key; `visible`: the key is inside the query's mask window.
+__device__ __forceinline__ BwdElement bwd_element(float raw, float dp, float lse2, float dsum,
+                                                  const FwdScores& sc, float alibi_raw,
+                                                  int distance, bool visible) {
+  float dtanh = 1.f;
+  if (sc.softcap_pre != 0.f) {
+    raw = prim::thread::tanh_exp2(raw * sc.softcap_pre);
+    dtanh = 1.f - raw * raw;
+  }
+  if (alibi_raw != 0.f) raw -= alibi_raw * fabsf(static_cast<float>(distance));
+  float p = prim::thread::exp2_approx(fmaf(raw, sc.log2_unit, -lse2));
+  if (!visible) p = 0.f;
+  return {p, p * (dp - dsum) * dtanh};
+}
+
+}  // namespace flashattn::cuda::sm80::thread

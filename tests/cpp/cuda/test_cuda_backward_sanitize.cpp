@@ -1,0 +1,45 @@
+// Small CUDA backward problems, one per kernel path (every head dim's tile, masked and
+// unmasked blocks, GQA, varlen, both dQ accumulation modes), that scripts/gpu-check also runs
+// under compute-sanitizer (memcheck, racecheck) by the name CudaBackwardSanitize.*: keep them
+// small, the sanitizer slows the kernels down by orders of magnitude.
+#include "cuda_test_support.hpp"
+#include "support/reference_problem.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using fa_test::Problem;
+using flashattn::DType;
+
+using CudaBackwardSanitize = CudaTest;
+
+TEST_F(CudaBackwardSanitize, SmallProblems) {
+  Problem causal = dense_problem(DType::kBF16, {1, 2, 1, 150, 150, 64}, 11);
+  causal.causal = true;
+  Problem more_keys = dense_problem(DType::kF16, {1, 1, 1, 33, 200, 128}, 12);
+  Problem fewer_keys = dense_problem(DType::kBF16, {1, 1, 1, 100, 40, 256}, 13);
+  fewer_keys.causal = true;
+  Problem gqa_small_dim = dense_problem(DType::kF16, {1, 4, 2, 70, 90, 32}, 14);
+  Problem windowed_varlen = dense_problem(DType::kBF16, {0, 2, 2, 0, 0, 96}, 15);
+  windowed_varlen.seqlens_q = {5, 130};
+  windowed_varlen.seqlens_k = {9, 140};
+  windowed_varlen.causal = true;
+  windowed_varlen.window_left = 20;
+  for (bool deterministic : {false, true}) {
+    fa_test::Runner runner = cuda_runner();
+    if (deterministic) {
+      const auto backward = runner.backward;
+      runner.backward = [backward](const flashattn::BackwardArgs& args) {
+        flashattn::BackwardArgs copy = args;
+        copy.deterministic = true;
+        return backward(copy);
+      };
+    }
+    for (const Problem& p : {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen}) {
+      expect_passes(fa_test::check_backward(p, runner));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fa_cuda_test
