@@ -265,10 +265,20 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
                                                          q_b_lanes);
       warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(dp, v_warp, kv_a_lanes,
                                                          do_buf + q_rows, q_b_lanes);
+      // Dropout: dP^T Z before the element-wise step (dS^T = P^T o (dP^T Z - D)), P^T Z
+      // after it (dV's operand), on whole tiles. (Applied per element inside the step, P^T Z
+      // of the row half 8..15 came out wrong on the unmasked path of the 32 x 32 shares:
+      // seen on the H200 with nvcc 13.0, cause not found.)
+      using DropMask = decltype(bwd_dropout_mask<kDropout, kSdpNT>(p, b, h, 0, 0, lane));
+      DropMask drop[kSdpMT];
 #pragma unroll
       for (int i = 0; i < kSdpMT; ++i) {
-        const auto drop = bwd_dropout_mask<kDropout, kSdpNT>(p, b, h, n0 + sdp_key0 + 16 * i,
-                                                             m0 + sdp_query0, lane);
+        drop[i] = bwd_dropout_mask<kDropout, kSdpNT>(p, b, h, n0 + sdp_key0 + 16 * i,
+                                                     m0 + sdp_query0, lane);
+        drop[i].apply(dp[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kSdpMT; ++i) {
 #pragma unroll
         for (int j = 0; j < kSdpNT; ++j) {
 #pragma unroll
@@ -282,14 +292,16 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
               visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
                         (p.window_right < 0 || distance >= -p.window_right);
             }
-            const thread::BwdElement el = thread::bwd_element(
-                s[i][j][e], drop.apply(dp[i][j][e], j, e / 2, e % 2), lse2[column],
-                dsum[column], sc, alibi_raw, distance, visible);
-            s[i][j][e] = drop.apply(el.p, j, e / 2, e % 2);
+            const thread::BwdElement el =
+                thread::bwd_element(s[i][j][e], dp[i][j][e], lse2[column], dsum[column], sc,
+                                    alibi_raw, distance, visible);
+            s[i][j][e] = el.p;
             dp[i][j][e] = el.ds;
           }
         }
       }
+#pragma unroll
+      for (int i = 0; i < kSdpMT; ++i) drop[i].apply(s[i]);
       // Their previous readers finished before the step's first barrier.
       store_share<T, PTile>(pt_bytes, s, sdp_key0, sdp_query0 / 8, lane);
       store_share<T, PTile>(ds_bytes, dp, sdp_key0, sdp_query0 / 8, lane);

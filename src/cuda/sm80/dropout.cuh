@@ -119,6 +119,7 @@ struct BwdDropoutMask {
   Bits bits;  // bit (2 half + e) NT + j: element [j][2 half + e] kept
   float rescale;
 
+  BwdDropoutMask() = default;
   // key0: the tile's first key (a multiple of 16).
   __device__ __forceinline__ BwdDropoutMask(const DropoutHead& d, int key0, int query0, int lane)
       : bits(0), rescale(d.rescale) {
@@ -147,15 +148,20 @@ struct BwdDropoutMask {
   __device__ __forceinline__ bool kept(int j, int half, int e) const {
     return (bits >> ((2 * half + e) * NT + j)) & 1u;
   }
-  // P^T's element as dV uses it: P Z.
-  __device__ __forceinline__ float apply(float x, int j, int half, int e) const {
-    return kept(j, half, e) ? x * rescale : 0.f;
+  // Multiplies every element of the tile by its Z: 0 (dropped) or 1 / (1 - p).
+  __device__ __forceinline__ void apply(float (&x)[NT][4]) const {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[j][e] = kept(j, e / 2, e % 2) ? x[j][e] * rescale : 0.f;
+    }
   }
 };
 
 // The mask of an instantiation without dropout: keeps everything, costs nothing.
 struct NoDropoutMask {
-  __device__ __forceinline__ float apply(float x, int, int, int) const { return x; }
+  template <int NT>
+  __device__ __forceinline__ void apply(float (&)[NT][4]) const {}
 };
 
 // The backward's mask of one S^T tile (BwdDropoutMask) for query head h of batch entry b, or
