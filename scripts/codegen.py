@@ -18,15 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "src" / "cuda" / "instantiations"
 
 # Kernel families: the mma.sync kernels run on every GPU from sm_80 on (the build compiles
-# each file for every arch of FLASHATTN_CUDA_ARCHS). A Hopper family joins this list.
-FAMILIES = {"sm80": "cuda/sm80/fwd_launch.cuh"}
-HEAD_DIMS = [32, 64, 96, 128, 192, 256]
-# The backward keeps dK/dV in registers, which bounds its head dim (backward_tuning.hpp).
-BWD_FAMILIES = {"sm80": "cuda/sm80/bwd_launch.cuh"}
-BWD_HEAD_DIMS = [32, 64, 96, 128, 256]
-# The KV-cache kernel pads other head dims in-kernel (kvcache_tuning.hpp), so three suffice.
-KV_FAMILIES = {"sm80": "cuda/sm80/kv_launch.cuh"}
-KV_HEAD_DIMS = [64, 128, 256]
+# each file for every arch of FLASHATTN_CUDA_ARCHS). A Hopper family joins these lists.
 DTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 # File suffix of each dropout variant; the kernels' bool template argument.
 DROPOUT = {False: "", True: "_dropout"}
@@ -38,102 +30,81 @@ def cpp_bool(value):
     return "true" if value else "false"
 
 
-def instantiation(family, head_dim, dtype, dropout):
-    ctype = DTYPES[dtype]
-    # The shared memory size does not depend on dropout: the variant without it defines it.
+class Direction:
+    """One kind of kernel: its files are <prefix>_<family>_hdim<d>_<dtype>[_dropout].cu, its
+    X-macro list <prefix>_list.inc. `instantiate(ctype, head_dim, dropout)` gives the explicit
+    instantiations inside the family's namespace; `dropout` is None for kernels without the
+    dropout variant."""
+
+    def __init__(self, prefix, macro, families, head_dims, with_dropout, instantiate):
+        self.prefix, self.macro = prefix, macro
+        self.families, self.head_dims = families, head_dims
+        self.variants = DROPOUT if with_dropout else {None: ""}
+        self.instantiate = instantiate
+
+    def source(self, family, ctype, head_dim, dropout):
+        return (f"{HEADER}"
+                f'#include "{self.families[family]}"\n\n'
+                f"namespace flashattn::cuda::{family} {{\n"
+                f"{self.instantiate(ctype, head_dim, dropout)}"
+                f"}}  // namespace flashattn::cuda::{family}\n")
+
+    def files(self):
+        files, lines = {}, []
+        for family in self.families:
+            for head_dim in self.head_dims:
+                for dtype, ctype in DTYPES.items():
+                    for dropout, suffix in self.variants.items():
+                        name = f"{self.prefix}_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
+                        files[name] = self.source(family, ctype, head_dim, dropout)
+                        args = [family, ctype, str(head_dim)]
+                        if dropout is not None:
+                            args.append(cpp_bool(dropout))
+                        lines.append(f"{self.macro}({', '.join(args)})")
+        params = "family, element type, head dim" + (", dropout" if None not in self.variants
+                                                      else "")
+        files[f"{self.prefix}_list.inc"] = "\n".join(
+            [HEADER.rstrip("\n"), f"// {self.macro}({params}) for every instantiation file."]
+            + lines) + "\n"
+        return files
+
+
+# The shared memory size does not depend on dropout: the variant without it defines it.
+def forward_instantiation(ctype, head_dim, dropout):
     smem = "" if dropout else f"template int forward_smem_bytes<{ctype}, {head_dim}>();\n"
-    return (
-        f"{HEADER}"
-        f'#include "{FAMILIES[family]}"\n\n'
-        f"namespace flashattn::cuda::{family} {{\n"
-        f"template Status run_forward<{ctype}, {head_dim}, {cpp_bool(dropout)}>("
-        f"const core::AttentionParams&, cudaStream_t);\n"
-        f"{smem}"
-        f"}}  // namespace flashattn::cuda::{family}\n"
-    )
+    return (f"template Status run_forward<{ctype}, {head_dim}, {cpp_bool(dropout)}>("
+            f"const core::AttentionParams&, cudaStream_t);\n{smem}")
 
 
-def bwd_instantiation(family, head_dim, dtype, dropout):
-    ctype = DTYPES[dtype]
+def backward_instantiation(ctype, head_dim, dropout):
     smem = "" if dropout else f"template int backward_smem_bytes<{ctype}, {head_dim}>();\n"
-    return (
-        f"{HEADER}"
-        f'#include "{BWD_FAMILIES[family]}"\n\n'
-        f"namespace flashattn::cuda::{family} {{\n"
-        f"template Status run_backward<{ctype}, {head_dim}, {cpp_bool(dropout)}>("
-        f"const core::BackwardParams&, const BwdWorkspace&, cudaStream_t);\n"
-        f"{smem}"
-        f"}}  // namespace flashattn::cuda::{family}\n"
-    )
+    return (f"template Status run_backward<{ctype}, {head_dim}, {cpp_bool(dropout)}>("
+            f"const core::BackwardParams&, const BwdWorkspace&, cudaStream_t);\n{smem}")
 
 
-def kv_instantiation(family, head_dim, dtype):
-    ctype = DTYPES[dtype]
-    return (
-        f"{HEADER}"
-        f'#include "{KV_FAMILIES[family]}"\n\n'
-        f"namespace flashattn::cuda::{family} {{\n"
-        f"template Status run_kvcache<{ctype}, {head_dim}>(const core::KVCacheParams&, "
-        f"const KvLaunch&, cudaStream_t);\n"
-        f"template int kvcache_smem_bytes<{ctype}, {head_dim}>(bool);\n"
-        f"}}  // namespace flashattn::cuda::{family}\n"
-    )
+def kvcache_instantiation(ctype, head_dim, _):
+    return (f"template Status run_kvcache<{ctype}, {head_dim}>(const core::KVCacheParams&, "
+            f"const KvLaunch&, cudaStream_t);\n"
+            f"template int kvcache_smem_bytes<{ctype}, {head_dim}>(bool);\n")
 
 
-def kv_listing():
-    lines = [HEADER.rstrip("\n"),
-             "// FA_KV_KERNEL(family, element type, head dim) for every instantiation file."]
-    for family in KV_FAMILIES:
-        for head_dim in KV_HEAD_DIMS:
-            for dtype, ctype in DTYPES.items():
-                lines.append(f"FA_KV_KERNEL({family}, {ctype}, {head_dim})")
-    return "\n".join(lines) + "\n"
-
-
-def bwd_listing():
-    lines = [HEADER.rstrip("\n"),
-             "// FA_BWD_KERNEL(family, element type, head dim, dropout) for every instantiation file."]
-    for family in BWD_FAMILIES:
-        for head_dim in BWD_HEAD_DIMS:
-            for dtype, ctype in DTYPES.items():
-                for dropout in DROPOUT:
-                    lines.append(f"FA_BWD_KERNEL({family}, {ctype}, {head_dim}, {cpp_bool(dropout)})")
-    return "\n".join(lines) + "\n"
-
-
-def listing():
-    lines = [HEADER.rstrip("\n"),
-             "// FA_FWD_KERNEL(family, element type, head dim, dropout) for every instantiation file."]
-    for family in FAMILIES:
-        for head_dim in HEAD_DIMS:
-            for dtype, ctype in DTYPES.items():
-                for dropout in DROPOUT:
-                    lines.append(f"FA_FWD_KERNEL({family}, {ctype}, {head_dim}, {cpp_bool(dropout)})")
-    return "\n".join(lines) + "\n"
+DIRECTIONS = [
+    Direction("fwd", "FA_FWD_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
+              [32, 64, 96, 128, 192, 256], True, forward_instantiation),
+    # The backward keeps dK/dV in registers, which bounds its head dim (backward_tuning.hpp).
+    Direction("bwd", "FA_BWD_KERNEL", {"sm80": "cuda/sm80/bwd_launch.cuh"},
+              [32, 64, 96, 128, 256], True, backward_instantiation),
+    # The KV-cache kernel pads other head dims in-kernel (kvcache_tuning.hpp), so three
+    # suffice; the API refuses dropout with a KV cache.
+    Direction("kv", "FA_KV_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},
+              [64, 128, 256], False, kvcache_instantiation),
+]
 
 
 def expected_files():
     files = {}
-    for family in FAMILIES:
-        for head_dim in HEAD_DIMS:
-            for dtype in DTYPES:
-                for dropout, suffix in DROPOUT.items():
-                    name = f"fwd_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
-                    files[name] = instantiation(family, head_dim, dtype, dropout)
-    files["fwd_list.inc"] = listing()
-    for family in BWD_FAMILIES:
-        for head_dim in BWD_HEAD_DIMS:
-            for dtype in DTYPES:
-                for dropout, suffix in DROPOUT.items():
-                    name = f"bwd_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
-                    files[name] = bwd_instantiation(family, head_dim, dtype, dropout)
-    files["bwd_list.inc"] = bwd_listing()
-    for family in KV_FAMILIES:
-        for head_dim in KV_HEAD_DIMS:
-            for dtype in DTYPES:
-                name = f"kv_{family}_hdim{head_dim}_{dtype}.cu"
-                files[name] = kv_instantiation(family, head_dim, dtype)
-    files["kv_list.inc"] = kv_listing()
+    for direction in DIRECTIONS:
+        files.update(direction.files())
     return files
 
 
