@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "cuda/backward_workspace.hpp"
 #include "cuda/sm80/bwd_launch.cuh"
 #include "cuda/sm80/bwd_prepost.cuh"
+#include "median_time.hpp"
 
 namespace fa_bwd_tune {
 using flashattn::Status;
@@ -151,29 +153,9 @@ int main() {
               }
               return v.run(q, w, nullptr);
             };
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            for (int i = 0; i < 3; ++i) call(i);
-            std::vector<float> ms;
-            for (int i = 0; i < 10; ++i) {
-              cudaEventRecord(a);
-              const Status s = call(i);
-              cudaEventRecord(b);
-              cudaEventSynchronize(b);
-              if (!s.ok()) {
-                std::printf("error: %s\n", s.message().c_str());
-                break;
-              }
-              float t = 0;
-              cudaEventElapsedTime(&t, a, b);
-              ms.push_back(t);
-            }
-            cudaEventDestroy(a);
-            cudaEventDestroy(b);
-            if (!check(cudaGetLastError(), "variant") || ms.empty()) return 1;
-            std::sort(ms.begin(), ms.end());
-            med[det] = ms[ms.size() / 2];
+            const std::optional<float> timed = fa_tune_timing::median_ms(call, 3, 10);
+            if (!check(cudaGetLastError(), "variant") || !timed) return 1;
+            med[det] = *timed;
           }
           const double flops = 2.5 * 4.0 * tokens * seqlen * hidden / (causal ? 2 : 1);
           char tile[64];

@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "core/params.hpp"
 #include "cuda/sm80/fwd_launch.cuh"
+#include "median_time.hpp"
 
 namespace fa_tune {
 using flashattn::Status;
@@ -93,35 +95,15 @@ int main() {
             }
             return v.run(q, nullptr);
           };
-          cudaEvent_t a, b;
-          cudaEventCreate(&a);
-          cudaEventCreate(&b);
-          for (int i = 0; i < 5; ++i) call(i);
-          std::vector<float> ms;
-          for (int i = 0; i < 20; ++i) {
-            cudaEventRecord(a);
-            const Status s = call(i);
-            cudaEventRecord(b);
-            cudaEventSynchronize(b);
-            if (!s.ok()) {
-              std::printf("error: %s\n", s.message().c_str());
-              break;
-            }
-            float t = 0;
-            cudaEventElapsedTime(&t, a, b);
-            ms.push_back(t);
-          }
-          if (ms.empty()) continue;
-          std::sort(ms.begin(), ms.end());
-          const float med = ms[ms.size() / 2];
+          const std::optional<float> timed = fa_tune_timing::median_ms(call, 5, 20);
+          if (!timed) continue;
+          const float med = *timed;
           const double flops = 4.0 * tokens * seqlen * hidden / (causal ? 2 : 1);
           char tile[64];
           std::snprintf(tile, sizeof tile, "%d,%d,%d,%d,%d", v.bm, v.bn, v.warps, v.stages,
                         v.min_blocks);
           std::printf("%-5d %-6s %-7d %-22s %9.3f %9.1f\n", d, causal ? "yes" : "no", seqlen, tile,
                       med, flops / (med * 1e-3) / 1e12);
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
         }
       }
     }
