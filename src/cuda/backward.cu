@@ -13,6 +13,7 @@
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/check.hpp"
+#include "cuda/device_limits.hpp"
 #include "cuda/operand_traits.hpp"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_prepost.cuh"
@@ -117,24 +118,8 @@ Status check_backward(const core::BackwardParams& p, int device) {
   BwdPlan plan;
   const Status planned = plan_of(p, &plan);
   if (!planned.ok()) return planned;
-  int major = 0, minor = 0, smem_optin = 0;
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  FA_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (major < 8) {
-    return unsupported("device " + std::to_string(device) +
-                       ": expected compute capability >= 8.0, got " + std::to_string(major) + "." +
-                       std::to_string(minor));
-  }
-  const int smem = kernel_smem_bytes(p.dtype, plan.head_dim);
-  if (smem == 0) return unsupported("no kernel compiled for head dim " + std::to_string(plan.head_dim));
-  if (smem > smem_optin) {
-    return unsupported("head dim " + std::to_string(plan.head_dim) + " needs " +
-                       std::to_string(smem) + " bytes of shared memory per block, device " +
-                       std::to_string(device) + " has " + std::to_string(smem_optin));
-  }
-  return Status::Ok();
+  return check_kernel_fits("CUDA backward", device, plan.head_dim,
+                           kernel_smem_bytes(p.dtype, plan.head_dim));
 }
 
 size_t backward_workspace_size(const core::BackwardParams& p) {

@@ -7,6 +7,7 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/check.hpp"
+#include "cuda/device_limits.hpp"
 #include "cuda/operand_traits.hpp"
 #include "cuda/forward_pad.hpp"
 #include "cuda/forward_plan.hpp"
@@ -61,25 +62,10 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
     return unsupported("q: expected batch and nheads <= 65535, got batch=" +
                        std::to_string(p.batch) + " nheads=" + std::to_string(p.nheads));
   }
-  int major = 0, minor = 0, smem_optin = 0;
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  FA_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (major < 8) {
-    return unsupported("device " + std::to_string(device) + ": expected compute capability >= 8.0, got " +
-                       std::to_string(major) + "." + std::to_string(minor));
-  }
   plan->head_dim = fwd_kernel_head_dim(p.head_dim);
-  const int smem = kernel_smem_bytes(p.dtype, plan->head_dim);
-  if (smem == 0) {
-    return unsupported("no kernel compiled for head dim " + std::to_string(plan->head_dim));
-  }
-  if (smem > smem_optin) {
-    return unsupported("head dim " + std::to_string(plan->head_dim) + " needs " +
-                       std::to_string(smem) + " bytes of shared memory per block, device " +
-                       std::to_string(device) + " has " + std::to_string(smem_optin));
-  }
+  const Status fits = check_kernel_fits("CUDA forward", device, plan->head_dim,
+                                        kernel_smem_bytes(p.dtype, plan->head_dim));
+  if (!fits.ok()) return fits;
   const bool varlen = p.is_varlen();
   const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
   plan->padded = plan->head_dim != p.head_dim || !in_place(p.q) || !in_place(p.k) ||

@@ -10,6 +10,7 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/check.hpp"
+#include "cuda/device_limits.hpp"
 #include "cuda/forward_plan.hpp"
 #include "cuda/kvcache_prep.hpp"
 #include "cuda/kvcache_tuning.hpp"
@@ -129,29 +130,13 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
     return unsupported("k_cache/v_cache: expected 16-byte aligned data with strides that are "
                        "multiples of 8 elements (the cache is read in place)");
   }
-  int major = 0, sms = 0, smem_optin = 0, smem_per_sm = 0;
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FA_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
-      &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  if (major < 8) {
-    return unsupported("device " + std::to_string(device) +
-                       ": expected compute capability >= 8.0, got " + std::to_string(major));
-  }
   plan->head_dim = kv_kernel_head_dim(p.head_dim);
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
   plan->decode = packed_rows <= kKvDecodeMaxRows;
   const int smem = kernel_smem_bytes(p.dtype, plan->head_dim, plan->decode);
-  if (smem == 0) {
-    return unsupported("no kernel compiled for head dim " + std::to_string(plan->head_dim));
-  }
-  if (smem > smem_optin) {
-    return unsupported("head dim " + std::to_string(plan->head_dim) + " needs " +
-                       std::to_string(smem) + " bytes of shared memory per block, device " +
-                       std::to_string(device) + " has " + std::to_string(smem_optin));
-  }
+  DeviceLimits limits;
+  const Status fits = check_kernel_fits("CUDA KV cache", device, plan->head_dim, smem, &limits);
+  if (!fits.ok()) return fits;
   const uint64_t rows = static_cast<uint64_t>(p.batch) * p.nheads * p.seqlen_q;
   const uint64_t element = 2;
   plan->stage_q = p.rotary_cos != nullptr || !aligned_for_kernels(p.q, false);
@@ -170,7 +155,7 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
   }
   const KvTile tile =
       plan->decode ? kv_decode_tile(plan->head_dim) : kv_prefill_tile(plan->head_dim);
-  plan->num_splits = choose_splits(p, tile, smem, sms, smem_per_sm);
+  plan->num_splits = choose_splits(p, tile, smem, limits.sms, limits.smem_per_sm);
   if (plan->num_splits > 1) {
     plan->partial_out_bytes = aligned(plan->num_splits * rows * p.head_dim * sizeof(float));
     plan->partial_lse_bytes = aligned(plan->num_splits * rows * sizeof(float));

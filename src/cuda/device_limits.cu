@@ -1,0 +1,74 @@
+#include "cuda/device_limits.hpp"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "cuda/check.hpp"
+
+namespace flashattn::cuda {
+namespace {
+
+Status query(int device, DeviceLimits* l) {
+  const struct {
+    int* value;
+    cudaDeviceAttr attribute;
+  } wanted[] = {
+      {&l->major, cudaDevAttrComputeCapabilityMajor},
+      {&l->minor, cudaDevAttrComputeCapabilityMinor},
+      {&l->sms, cudaDevAttrMultiProcessorCount},
+      {&l->smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin},
+      {&l->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
+  };
+  for (const auto& w : wanted) {
+    FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(w.value, w.attribute, device));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status device_limits(int device, DeviceLimits* limits) {
+  static std::mutex mutex;
+  static std::unordered_map<int, DeviceLimits> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(device);
+  if (found != known.end()) {
+    *limits = found->second;
+    return Status::Ok();
+  }
+  DeviceLimits queried;
+  const Status s = query(device, &queried);
+  if (!s.ok()) return s;
+  known.emplace(device, queried);
+  *limits = queried;
+  return Status::Ok();
+}
+
+Status check_kernel_fits(const std::string& who, int device, int head_dim, int smem_bytes,
+                         DeviceLimits* limits_out) {
+  DeviceLimits l;
+  const Status s = device_limits(device, &l);
+  if (!s.ok()) return s;
+  if (limits_out != nullptr) *limits_out = l;
+  const auto unsupported = [&](const std::string& what) {
+    return Status(StatusCode::kUnsupported, who + ": " + what);
+  };
+  if (l.major < 8) {
+    return unsupported("device " + std::to_string(device) +
+                       ": expected compute capability >= 8.0, got " + std::to_string(l.major) +
+                       "." + std::to_string(l.minor));
+  }
+  if (smem_bytes == 0) {
+    return unsupported("no kernel compiled for head dim " + std::to_string(head_dim));
+  }
+  if (smem_bytes > l.smem_per_block_optin) {
+    return unsupported("head dim " + std::to_string(head_dim) + " needs " +
+                       std::to_string(smem_bytes) + " bytes of shared memory per block, device " +
+                       std::to_string(device) + " has " + std::to_string(l.smem_per_block_optin));
+  }
+  return Status::Ok();
+}
+
+}  // namespace flashattn::cuda
