@@ -13,7 +13,10 @@ call is torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on that sav
 only the peer's backward kernels (and autograd's small bookkeeping) are in the time.
 
     python3 bench/peers.py --out peers.json [--hdims 64,128,256] [--seqlens 512,...,16384] \
-        [--directions fwd,bwd]
+        [--directions fwd,bwd] [--dropout P]
+
+--dropout P passes dropout_p=P to SDPA (FlashAttention-2's and cuDNN's own Philox masks);
+FlexAttention has no dropout and is reported as an error row.
 
 --decode times the decode grid instead: q [b, 32, 1, 128] against K/V [b, 8, N, 128] (GQA,
 enable_gqa=True), b in --decode-batches, N in --decode-cache-lens; each row also reports
@@ -51,6 +54,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--peers", default="sdpa_flash,sdpa_cudnn,flex")
     ap.add_argument("--directions", default="fwd,bwd")
+    ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--flex-seqlens", default="",
                     help="seqlens at which FlexAttention runs (default: all); each new shape "
                          "costs a torch.compile")
@@ -95,6 +99,8 @@ def main():
             if peer == "flex" and flex_seqlens and p["seqlen"] not in flex_seqlens:
                 continue
             entry = dict(p, implementation=peer, direction=direction, device=device, dtype="bf16")
+            if args.dropout:
+                entry["dropout"] = args.dropout
             try:
                 start = time.time()
                 if peer in ("sdpa_flash", "sdpa_cudnn"):
@@ -103,7 +109,10 @@ def main():
 
                     def attention(q, k, v):
                         with sdpa_kernel(backend):
-                            return F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+                            return F.scaled_dot_product_attention(
+                                q, k, v, is_causal=p["causal"], dropout_p=args.dropout)
+                elif args.dropout:
+                    raise ValueError("FlexAttention has no dropout")
                 else:
                     mask = (create_block_mask(causal_mask, None, None, p["seqlen"], p["seqlen"])
                             if p["causal"] else None)
