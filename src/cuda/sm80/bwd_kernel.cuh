@@ -58,7 +58,7 @@ namespace flashattn::cuda::sm80 {
 template <int D, class TileT>
 struct BwdShape {
   static constexpr BwdTile kTile = TileT::value;
-  static_assert(bwd_tile_valid(D, kTile), "invalid backward tile");
+  static_assert(bwd_tile_valid(D, kTile, kBwdSmemMax), "invalid backward tile");
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
@@ -87,6 +87,10 @@ __device__ __forceinline__ int load_acquire(const int32_t* p) {
   return v;
 }
 
+__device__ __forceinline__ void add_release(int32_t* p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" : : "l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
@@ -94,6 +98,15 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 #endif
+}
+
+// The lane index, read afresh where it is called (volatile: never hoisted). The query-block
+// step derives its ldmatrix, store and atomic addresses from it, so they are recomputed per
+// block rather than held across the mainloop, where ptxas had spilled them to local memory.
+__device__ __forceinline__ int fresh_lane_id() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
 }
 
 template <int MT, int NT>
@@ -234,6 +247,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
 
   // One query block m of query head h, its Q and dO in `buffer`.
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
+    const int lane = fresh_lane_id();
     const int m0 = m * kBlockM;
     const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
@@ -342,9 +356,10 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
       }
     }
     if (p.deterministic) {
-      __threadfence();
+      // The barrier orders every thread's additions before thread 0's release, which makes
+      // them visible to the next block's acquire (cumulativity): no fence in every thread.
       __syncthreads();
-      if (tid == 0) atomicAdd(turn_counter, 1);
+      if (tid == 0) add_release(turn_counter, 1);
     }
   };
 
