@@ -29,9 +29,10 @@
 // the first to reach m (it starts nearest the diagonal), so the turns follow the arrival
 // order and nobody waits long; without a mask every block reaches m at the same step and the
 // waits form a staircase of one dQ addition per key block. The block computes its dQ share
-// before waiting: the wait covers only the atomics. Key blocks are numbered backwards from
-// blockIdx.x, so a block only waits for blocks of the same (head, batch) dispatched before it,
-// which are resident or done.
+// before waiting (thread 0's first look at the turn counter is in flight meanwhile): the wait
+// covers only the atomics; it passes the turn on at the next barrier it meets anyway. Key
+// blocks are numbered backwards from blockIdx.x, so a block only waits for blocks of the same
+// (head, batch) dispatched before it, which are resident or done.
 #pragma once
 
 #include <math_constants.h>
@@ -244,6 +245,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   float dk[kKvMT][kKvNT][4], dv[kKvMT][kKvNT][4];
   zero(dk);
   zero(dv);
+  int32_t* unreleased = nullptr;  // deterministic: the dQ turn this block has yet to pass on
 
   // One query block m of query head h, its Q and dO in `buffer`.
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
@@ -326,17 +328,19 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
                                                           do_buf, q_kv_lanes);
     warp::mma_smem<T, kKvMT, kKvNT, kBlockM, false, true>(dk, ds_smem + pt_rows, pt_a_lanes,
                                                           q_buf, q_kv_lanes);
+    int32_t* turn_counter = nullptr;
+    int seen = -1;
+    if (p.deterministic) {
+      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+      if (tid == 0) seen = load_acquire(turn_counter);  // in flight during the dQ product
+    }
     float dq[kDqMT][kDqNT][4];
     zero(dq);
     warp::mma_smem<T, kDqMT, kDqNT, kBlockN, true, true>(dq, ds_smem, ds_dq_lanes, k_smem,
                                                          k_dq_lanes);
-
-    int32_t* turn_counter = nullptr;
     if (p.deterministic) {
-      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
       if (tid == 0) {
-        while (load_acquire(turn_counter) != turn) {
-        }
+        while (seen != turn) seen = load_acquire(turn_counter);
       }
       __syncthreads();  // our turn to add into dQ
     }
@@ -355,12 +359,15 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
         }
       }
     }
-    if (p.deterministic) {
-      // The barrier orders every thread's additions before thread 0's release, which makes
-      // them visible to the next block's acquire (cumulativity): no fence in every thread.
-      __syncthreads();
-      if (tid == 0) add_release(turn_counter, 1);
-    }
+    unreleased = turn_counter;  // passed on at the next barrier
+  };
+  // The turn after our dQ additions, given at a barrier that follows them in every thread
+  // (the next query block's first, or the one after the mainloop): the barrier orders the
+  // additions before thread 0's release, which makes them visible to the next block's
+  // acquire (cumulativity), without a fence or a barrier of its own.
+  auto release_turn = [&]() {
+    if (unreleased != nullptr && tid == 0) add_release(unreleased, 1);
+    unreleased = nullptr;
   };
 
   // Prologue: K, V and the first query block's Q, dO in one commit group.
@@ -386,6 +393,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     }
     prim::thread::cp_async_wait<0>();
     __syncthreads();  // this block's Q, dO landed; every warp is done with the other buffer
+    release_turn();
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
@@ -404,6 +412,10 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     ++iteration;
   }
   prim::thread::cp_async_wait<0>();
+  if (unreleased != nullptr) {
+    __syncthreads();
+    release_turn();
+  }
 
   // Epilogue: dK (scaled) and dV rows of this warp's share, zero for keys nobody attends.
   T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));
