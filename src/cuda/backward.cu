@@ -95,8 +95,15 @@ template <class T>
 Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
   const sm80::RowMap rows{p.is_varlen() ? 0 : p.seqlen_q};
   const int64_t pairs = static_cast<int64_t>(p.total_q) * p.nheads;
+  const bool vector = sm80::bwd_prepost_vector_ok(p, w);
   if (pairs > 0) {
-    sm80::bwd_preprocess<T><<<grid_for(pairs, 8), 256, 0, stream>>>(p, rows, w);
+    const int lanes = sm80::bwd_preprocess_lanes(p, vector);
+    const unsigned grid = grid_for(pairs, 256 / lanes);
+    if (vector) {
+      sm80::bwd_preprocess<T, true><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
+    } else {
+      sm80::bwd_preprocess<T, false><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
+    }
     FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   if (w.turns_bytes > 0) {
@@ -105,8 +112,14 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStrea
   const Status ran = run_kernel(p, w, stream);
   if (!ran.ok()) return ran;
   if (pairs > 0) {
-    sm80::bwd_convert_dq<T><<<grid_for(pairs * p.head_dim, 256), 256, 0, stream>>>(p, rows,
+    const int64_t elements = pairs * p.head_dim;
+    if (vector) {
+      sm80::bwd_convert_dq<T, true><<<grid_for(elements / 8, 256), 256, 0, stream>>>(p, rows,
                                                                                    w.dq_accum);
+    } else {
+      sm80::bwd_convert_dq<T, false><<<grid_for(elements, 256), 256, 0, stream>>>(p, rows,
+                                                                                 w.dq_accum);
+    }
     FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return Status::Ok();

@@ -38,7 +38,7 @@ constexpr int bwd_kernel_head_dim(int head_dim) {
 constexpr BwdTile bwd_sm80_tile(int head_dim) {
   switch (head_dim) {
     case 32: return {64, 128, 8, 1, 4, 8, 4};
-    case 64: return {128, 128, 8, 1, 4, 4, 4};
+    case 64: return {128, 128, 8, 1, 2, 4, 4};
     case 96: return {64, 64, 4, 1, 2, 4, 4};
     case 128: return {64, 128, 8, 1, 4, 4, 2};
     case 256: return {32, 64, 8, 1, 4, 2, 1};
@@ -67,7 +67,12 @@ constexpr bool bwd_split_ok(int rows, int warps, int warps_a) {
   return warps_a > 0 && warps % warps_a == 0 && rows % warps_a == 0 && (rows / warps_a) % 16 == 0;
 }
 
-constexpr bool bwd_tile_valid(int head_dim, BwdTile t) {
+// Shared memory a block may use: every sm_80-family GPU (A100) and the largest (H100, H200).
+// The table's tiles keep to the first; the tuner may try tiles up to the second.
+inline constexpr int kBwdSmemSm80 = 163 * 1024;
+inline constexpr int kBwdSmemMax = 227 * 1024;
+
+constexpr bool bwd_tile_valid(int head_dim, BwdTile t, int smem_limit = kBwdSmemSm80) {
   const int threads = 32 * t.warps;
   const int copy_rows = t.warps > 0 ? threads / (bwd_panel(head_dim) / 8) : 0;  // per pass
   return t.warps > 0 && head_dim % 32 == 0 && t.block_m % 32 == 0 && t.block_n % 16 == 0 &&
@@ -80,7 +85,7 @@ constexpr bool bwd_tile_valid(int head_dim, BwdTile t) {
          bwd_split_ok(t.block_m, t.warps, t.dq_warps_m) &&
          bwd_columns_ok(t.block_m / t.dq_warps_m, t.block_m) &&
          bwd_columns_ok(head_dim / (t.warps / t.dq_warps_m), head_dim) &&
-         bwd_smem_bytes(head_dim, t) <= 163 * 1024;
+         bwd_smem_bytes(head_dim, t) <= smem_limit;
 }
 
 static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm80_tile(64)) &&

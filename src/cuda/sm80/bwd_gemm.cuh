@@ -11,10 +11,10 @@
 // prim/mma.cuh.
 //
 // A warp's operand may start at a column chunk c0 of its tile (its share of the queries or of
-// the head dim): the lane offsets are taken at c0 (lane_offsets), and the loops add chunk
-// offsets relative to c0. That is exact when the warp's columns cover whole panels (c0 a
-// multiple of the swizzle span) or lie inside one panel (backward_tuning.hpp, bwd_columns_ok).
-// Row offsets (multiples of 16) go into the base address.
+// the head dim): the lane offset is taken at c0, and the loops add chunk offsets relative to
+// c0 (by XOR inside a swizzle span, SmemTile::xor_offset_bytes). That is exact when the warp's
+// columns cover whole panels (c0 a multiple of the swizzle span) or lie inside one panel
+// (backward_tuning.hpp, bwd_columns_ok). Row offsets (multiples of 16) go into the base address.
 #pragma once
 
 #include <cstdint>
@@ -26,20 +26,21 @@ namespace flashattn::cuda::sm80::warp {
 
 enum class LanePattern { kRows, kPairs };
 
-// This lane's offsets for `pattern` in a tile whose warp columns start at chunk `chunk0`. The
-// whole panels before chunk0 go into `panel_bytes` (added to the operand's base address), so
-// warps whose columns start on a panel share the lane offsets of chunk 0.
+// This lane's offset for `pattern` in a tile whose warp columns start at chunk `chunk0`: one
+// register (SmemTile::xor_offset_bytes gives the other chunks of the span from it). The whole
+// panels before chunk0 go into `panel_bytes` (added to the operand's base address), so warps
+// whose columns start on a panel share the lane offset of chunk 0.
 template <class Tile, LanePattern Pattern>
 struct TileLanes {
-  int offset[Tile::kLaneOffsets];
+  int offset;
   uint32_t panel_bytes;
   __device__ __forceinline__ TileLanes(int lane, int chunk0) {
     const int in_span = chunk0 % Tile::kSwizzleSpan;
     panel_bytes = 2 * Tile::fixed_offset(0, chunk0 - in_span);
     if constexpr (Pattern == LanePattern::kRows) {
-      Tile::lane_offsets(lane % 16, in_span + lane / 16, offset);
+      offset = Tile::chunk_offset(lane % 16, in_span + lane / 16);
     } else {
-      Tile::lane_offsets(lane % 8 + 8 * (lane / 16), in_span + (lane / 8) % 2, offset);
+      offset = Tile::chunk_offset(lane % 8 + 8 * (lane / 16), in_span + (lane / 8) % 2);
     }
   }
 };
@@ -65,11 +66,11 @@ __device__ __forceinline__ void mma_smem(float (&acc)[MT][NT][4], uint32_t a_sme
       if constexpr (AKMajor) {
         // Matrices (transposed): k 0-7 at row chunks 2m, 2m + 1, then k 8-15 likewise.
         prim::warp::ldmatrix_x4_trans(
-            a[m], a_smem + ATile::split_offset_bytes(a_lanes.offset, 16 * kt, 2 * m));
+            a[m], a_smem + ATile::xor_offset_bytes(a_lanes.offset, 16 * kt, 2 * m));
       } else {
         // Matrices: rows 0-7 / 8-15 at k chunk 2kt, then at 2kt + 1.
         prim::warp::ldmatrix_x4(a[m],
-                                a_smem + ATile::split_offset_bytes(a_lanes.offset, 16 * m, 2 * kt));
+                                a_smem + ATile::xor_offset_bytes(a_lanes.offset, 16 * m, 2 * kt));
       }
     }
 #pragma unroll
@@ -78,11 +79,11 @@ __device__ __forceinline__ void mma_smem(float (&acc)[MT][NT][4], uint32_t a_sme
       if constexpr (BKMajor) {
         // Matrices (transposed): k 0-7 / 8-15 at column chunk 2j, then at 2j + 1.
         prim::warp::ldmatrix_x4_trans(
-            b, b_smem + BTile::split_offset_bytes(b_lanes.offset, 16 * kt, 2 * j));
+            b, b_smem + BTile::xor_offset_bytes(b_lanes.offset, 16 * kt, 2 * j));
       } else {
         // Matrices: columns 16j + 0-7 at k chunk 2kt, 2kt + 1, then columns 16j + 8-15.
         prim::warp::ldmatrix_x4(b,
-                                b_smem + BTile::split_offset_bytes(b_lanes.offset, 16 * j, 2 * kt));
+                                b_smem + BTile::xor_offset_bytes(b_lanes.offset, 16 * j, 2 * kt));
       }
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};

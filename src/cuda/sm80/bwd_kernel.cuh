@@ -29,9 +29,10 @@
 // the first to reach m (it starts nearest the diagonal), so the turns follow the arrival
 // order and nobody waits long; without a mask every block reaches m at the same step and the
 // waits form a staircase of one dQ addition per key block. The block computes its dQ share
-// before waiting: the wait covers only the atomics. Key blocks are numbered backwards from
-// blockIdx.x, so a block only waits for blocks of the same (head, batch) dispatched before it,
-// which are resident or done.
+// before waiting (thread 0's first look at the turn counter is in flight meanwhile): the wait
+// covers only the atomics; it passes the turn on at the next barrier it meets anyway. Key
+// blocks are numbered backwards from blockIdx.x, so a block only waits for blocks of the same
+// (head, batch) dispatched before it, which are resident or done.
 #pragma once
 
 #include <math_constants.h>
@@ -58,7 +59,7 @@ namespace flashattn::cuda::sm80 {
 template <int D, class TileT>
 struct BwdShape {
   static constexpr BwdTile kTile = TileT::value;
-  static_assert(bwd_tile_valid(D, kTile), "invalid backward tile");
+  static_assert(bwd_tile_valid(D, kTile, kBwdSmemMax), "invalid backward tile");
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
@@ -87,6 +88,10 @@ __device__ __forceinline__ int load_acquire(const int32_t* p) {
   return v;
 }
 
+__device__ __forceinline__ void add_release(int32_t* p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" : : "l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
@@ -94,6 +99,15 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 #endif
+}
+
+// The lane index, read afresh where it is called (volatile: never hoisted). The query-block
+// step derives its ldmatrix, store and atomic addresses from it, so they are recomputed per
+// block rather than held across the mainloop, where ptxas had spilled them to local memory.
+__device__ __forceinline__ int fresh_lane_id() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
 }
 
 template <int MT, int NT>
@@ -231,9 +245,11 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   float dk[kKvMT][kKvNT][4], dv[kKvMT][kKvNT][4];
   zero(dk);
   zero(dv);
+  int32_t* unreleased = nullptr;  // deterministic: the dQ turn this block has yet to pass on
 
   // One query block m of query head h, its Q and dO in `buffer`.
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
+    const int lane = fresh_lane_id();
     const int m0 = m * kBlockM;
     const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
@@ -312,17 +328,19 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
                                                           do_buf, q_kv_lanes);
     warp::mma_smem<T, kKvMT, kKvNT, kBlockM, false, true>(dk, ds_smem + pt_rows, pt_a_lanes,
                                                           q_buf, q_kv_lanes);
+    int32_t* turn_counter = nullptr;
+    int seen = -1;
+    if (p.deterministic) {
+      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+      if (tid == 0) seen = load_acquire(turn_counter);  // in flight during the dQ product
+    }
     float dq[kDqMT][kDqNT][4];
     zero(dq);
     warp::mma_smem<T, kDqMT, kDqNT, kBlockN, true, true>(dq, ds_smem, ds_dq_lanes, k_smem,
                                                          k_dq_lanes);
-
-    int32_t* turn_counter = nullptr;
     if (p.deterministic) {
-      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
       if (tid == 0) {
-        while (load_acquire(turn_counter) != turn) {
-        }
+        while (seen != turn) seen = load_acquire(turn_counter);
       }
       __syncthreads();  // our turn to add into dQ
     }
@@ -341,11 +359,15 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
         }
       }
     }
-    if (p.deterministic) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) atomicAdd(turn_counter, 1);
-    }
+    unreleased = turn_counter;  // passed on at the next barrier
+  };
+  // The turn after our dQ additions, given at a barrier that follows them in every thread
+  // (the next query block's first, or the one after the mainloop): the barrier orders the
+  // additions before thread 0's release, which makes them visible to the next block's
+  // acquire (cumulativity), without a fence or a barrier of its own.
+  auto release_turn = [&]() {
+    if (unreleased != nullptr && tid == 0) add_release(unreleased, 1);
+    unreleased = nullptr;
   };
 
   // Prologue: K, V and the first query block's Q, dO in one commit group.
@@ -371,6 +393,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     }
     prim::thread::cp_async_wait<0>();
     __syncthreads();  // this block's Q, dO landed; every warp is done with the other buffer
+    release_turn();
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
@@ -389,6 +412,10 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     ++iteration;
   }
   prim::thread::cp_async_wait<0>();
+  if (unreleased != nullptr) {
+    __syncthreads();
+    release_turn();
+  }
 
   // Epilogue: dK (scaled) and dV rows of this warp's share, zero for keys nobody attends.
   T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));

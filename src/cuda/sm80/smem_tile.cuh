@@ -55,6 +55,15 @@ struct SmemTile {
     return (chunk0 / kChunksPerPanelRow) * Rows * kPanel + row0 * kPanel;
   }
 
+  // The same from one lane offset, chunk_offset(r, c) for c < 2: inside a swizzle span the
+  // even chunk index only flips bits of the chunk field, so
+  //   chunk_offset(r, c + 2k) = chunk_offset(r, c) ^ (2k << 3)   (c + 2k < kSwizzleSpan),
+  // and a warp keeps one register per operand instead of kLaneOffsets (the backward, whose
+  // five products leave few registers). Bytes of chunk_offset(row0 + r, chunk0 + c).
+  static __device__ __forceinline__ uint32_t xor_offset_bytes(int offset, int row0, int chunk0) {
+    return 2 * ((offset ^ ((chunk0 % kSwizzleSpan) << 3)) + fixed_offset(row0, chunk0));
+  }
+
   // chunk_offset(row0 + r, chunk0 + c) from the lane offsets of (r, c), in bytes.
   static __device__ __forceinline__ uint32_t split_offset_bytes(const int (&offset)[kLaneOffsets],
                                                                 int row0, int chunk0) {

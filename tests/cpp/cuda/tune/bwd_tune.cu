@@ -138,7 +138,9 @@ int main() {
           q.deterministic = true;
           ws[i] = flashattn::cuda::bwd_workspace(q, 32);
           const flashattn::cuda::sm80::RowMap rows{seqlen};
-          flashattn::cuda::sm80::bwd_preprocess<__nv_bfloat16><<<1024, 256>>>(q, rows, ws[i]);
+          // The element-by-element form (one warp per row): only D's value matters here.
+          flashattn::cuda::sm80::bwd_preprocess<__nv_bfloat16, false><<<1024, 256>>>(q, rows, ws[i],
+                                                                                   32);
         }
         for (const Variant& v : variants) {
           if (v.d != d) continue;
