@@ -23,16 +23,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/mask.hpp"
 #include "core/params.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
-#include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/kv_rows.cuh"
+#include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -185,53 +184,11 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     }
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
                                                    k_buffer(buffer) + kv_warp_offset, lanes);
-    if (run.sc.softcap_pre != 0.f) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * run.sc.softcap_pre);
-          }
-        }
-      }
-    }
-    const int col0 = n * kBlockN + warp_key0 + 2 * (lane % 4);
-    if (p.alibi_slopes != nullptr) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int diagonal = row_query[m][half] + rows.seqlen_k - rows.seqlen_q;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
-              s[m][j][2 * half + e] -= row_alibi[m][half] * distance;
-            }
-          }
-        }
-      }
-    }
-    if constexpr (std::decay_t<decltype(masked)>::value) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const core::KeyRange r = mask.keys(row_query[m][half]);
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = col0 + 8 * j + e;
-              if (col < r.begin || col >= r.end) s[m][j][2 * half + e] = -CUDART_INF_F;
-            }
-          }
-        }
-      }
-    }
+    transform_scores(
+        masked, s, run.sc, p.alibi_slopes != nullptr, mask,
+        n * kBlockN + warp_key0 + 2 * (lane % 4),
+        [&](int m, int half) { return row_query[m][half]; },
+        [&](int m, int half) { return row_alibi[m][half]; });
     softmax.update(s, o, run.sc.log2_unit);
     warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
                                                      lanes);
