@@ -58,10 +58,12 @@ struct KvRows {
            hk * cache.head_stride;
   }
 
-  __device__ __forceinline__ int page_of(const core::KVCacheParams& p, int key) const {
+  // The block_table entry that holds the page of logical key `key`.
+  __device__ __forceinline__ const int32_t* page_entry(const core::KVCacheParams& p,
+                                                       int key) const {
     const int position = leftpad + key;
     const int index = page_shift >= 0 ? position >> page_shift : position / p.page_size;
-    return p.block_table[b * p.block_table_batch_stride + index];
+    return p.block_table + b * p.block_table_batch_stride + index;
   }
 
   __device__ __forceinline__ int64_t query_offset(const core::Operand& q, int packed) const {
