@@ -85,13 +85,15 @@ bool cache_aligned(const core::Operand& cache) {
 
 // num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
 // is chosen from the cache capacity (cache_seqlens may live on the device, and reading it
-// would synchronize). Long decode splits run one block per SM: alone on its SM a decode
-// block with its 3-stage ring keeps up with memory, and a second block per SM only adds
-// contention and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 /
-// 4.54 TB/s at 32k / 128k keys, 4 splits 4.23 / 4.41). Otherwise splits fill one wave of
-// resident blocks (a second, partial wave costs more than it gains), each at least 4 key
-// blocks long (shorter ones spend more on filling the pipeline and on the combine than they
-// gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k and 128k, batch 8 at 4 for 4k.
+// would synchronize). Long decode splits over a contiguous cache run one block per SM: alone
+// on its SM such a block keeps up with memory, and a second block per SM only adds contention
+// and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 / 4.54 TB/s at
+// 32k / 128k keys, 4 splits 4.23 / 4.41). Not over a paged cache: one block per SM leaves
+// the page lookups exposed (batch 8 / 32k, page 16: 3.51 TB/s with 2 splits, 4.24 with 4).
+// Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than
+// it gains), each at least 4 key blocks long (shorter ones spend more on filling the pipeline
+// and on the combine than they gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k
+// and 128k, batch 8 at 4 for 4k.
 int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile, int smem,
                   int sms, int smem_per_sm) {
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
@@ -103,7 +105,7 @@ int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile,
   if (blocks == 0) return 1;
   constexpr int kLongSplit = 256;  // key blocks: 16k keys of 64
   const int64_t one_per_sm = std::min<int64_t>(sms / blocks, kMaxKvSplits);
-  if (decode && one_per_sm >= 1 && key_blocks / one_per_sm >= kLongSplit) {
+  if (decode && !p.is_paged() && one_per_sm >= 1 && key_blocks / one_per_sm >= kLongSplit) {
     return static_cast<int>(one_per_sm);
   }
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
