@@ -77,6 +77,15 @@ int run_decode(const Options& o) {
     if (data != nullptr && random) fill_random(*memory, data, count * flashattn::dtype_size(type), rng);
     return flashattn::make_tensor(data, type, shape, device);
   };
+  // A cache of `rows` x keys x heads_k x d, stored row by row or head by head (--cache-layout).
+  auto cache_tensor = [&](int64_t rows, int64_t keys) {
+    flashattn::Tensor t = tensor({rows, keys, hk, d}, dtype, true);
+    if (o.heads_major && t.data != nullptr) {
+      t = flashattn::make_strided_tensor(t.data, dtype, {rows, keys, hk, d},
+                                         {keys * hk * d, d, keys * d, 1}, device);
+    }
+    return t;
+  };
   auto int_tensor = [&](const std::vector<int32_t>& values, std::initializer_list<int64_t> shape) {
     void* data = memory->allocate(values.size() * sizeof(int32_t));
     if (data != nullptr) memory->upload(data, values.data(), values.size() * sizeof(int32_t));
@@ -89,15 +98,15 @@ int run_decode(const Options& o) {
     flashattn::KVCacheArgs& a = set.args;
     a.q = tensor({b, sq, h, d}, dtype, true);
     if (paged) {
-      a.k_cache = tensor({b * pages_per_entry, o.page_size, hk, d}, dtype, true);
-      a.v_cache = tensor({b * pages_per_entry, o.page_size, hk, d}, dtype, true);
+      a.k_cache = cache_tensor(b * pages_per_entry, o.page_size);
+      a.v_cache = cache_tensor(b * pages_per_entry, o.page_size);
       std::vector<int32_t> pages(static_cast<size_t>(b * pages_per_entry));
       std::iota(pages.begin(), pages.end(), 0);
-      std::shuffle(pages.begin(), pages.end(), rng);
+      if (!o.pages_in_order) std::shuffle(pages.begin(), pages.end(), rng);
       a.block_table = int_tensor(pages, {b, pages_per_entry});
     } else {
-      a.k_cache = tensor({b, n, hk, d}, dtype, true);
-      a.v_cache = tensor({b, n, hk, d}, dtype, true);
+      a.k_cache = cache_tensor(b, n);
+      a.v_cache = cache_tensor(b, n);
     }
     a.cache_seqlens = int_tensor(std::vector<int32_t>(static_cast<size_t>(b), int32_t(n)), {b});
     a.num_splits = o.num_splits;
@@ -142,11 +151,13 @@ int run_decode(const Options& o) {
   std::printf("{\"mode\": \"decode\", \"backend\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
               "\"batch\": %lld, \"heads\": %lld, \"heads_k\": %lld, \"seqlen_q\": %lld, "
               "\"cache_len\": %lld, \"hdim\": %lld, \"page_size\": %d, \"num_splits\": %d, "
+              "\"cache_layout\": \"%s\", \"page_order\": \"%s\", "
               "\"causal\": %s, \"ms\": %.6f, \"ms_min\": %.6f, \"iters\": %zu, \"buffer_sets\": %zu, "
               "\"kv_bytes\": %zu, \"tbps\": %.4f, \"tflops\": %.4f}\n",
               flashattn::to_string(backend), memory->device_name().c_str(),
               flashattn::to_string(dtype), (long long)b, (long long)h, (long long)hk,
               (long long)sq, (long long)n, (long long)d, o.page_size, o.num_splits,
+              o.heads_major ? "heads" : "rows", o.pages_in_order ? "sequential" : "shuffled",
               o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(), kv_bytes,
               tbps, tflops);
   return 0;

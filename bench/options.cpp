@@ -17,7 +17,10 @@ const char* usage() {
          "  --json         print one JSON object\n"
          "  --warmup N --iters N\n"
          "  --mode attention|decode            (decode: forward_kvcache, seqlen_q 1 by default)\n"
-         "  --cache-len N --page-size P --num-splits N   (decode mode)\n";
+         "  --cache-len N --page-size P --num-splits N   (decode mode)\n"
+         "  --cache-layout rows|heads  (decode: [.., keys, heads_k, d], default, or\n"
+         "                              [.., heads_k, keys, d] as a strided view)\n"
+         "  --page-order shuffled|sequential   (decode: the block table, default shuffled)\n";
 }
 
 namespace {
@@ -82,6 +85,14 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       ok = parse_int(v, &o->cache_len) && o->cache_len > 0;
     } else if (flag == "--page-size") {
       ok = parse_int(v, &o->page_size) && o->page_size >= 0;
+    } else if (flag == "--cache-layout") {
+      const std::string layout = v;
+      ok = layout == "rows" || layout == "heads";
+      o->heads_major = layout == "heads";
+    } else if (flag == "--page-order") {
+      const std::string order = v;
+      ok = order == "shuffled" || order == "sequential";
+      o->pages_in_order = order == "sequential";
     } else if (flag == "--num-splits") {
       ok = parse_int(v, &o->num_splits) && o->num_splits >= 0;
     } else if (flag == "--seqlen-k") {

@@ -35,8 +35,13 @@ struct Options {
   Mode mode = Mode::kAttention;
   bool seqlen_q_given = false;
   int cache_len = 4096;  // decode: keys cached per batch entry (the cache is that long)
-  int page_size = 0;     // decode: > 0 pages the cache through a shuffled block table
+  int page_size = 0;     // decode: > 0 pages the cache through a block table
   int num_splits = 0;    // decode: 0 lets the library pick, 1 = no split
+  // decode: false stores a cache (or page) row by row, [.., keys, heads_k, d] (FlashAttention's
+  // layout); true head by head, [.., heads_k, keys, d] (each head's keys contiguous, the layout
+  // the SDPA peers read), passed as a strided view of the same logical shape.
+  bool heads_major = false;
+  bool pages_in_order = false;  // decode: block table 0, 1, 2, ... instead of shuffled
 };
 
 // Parses argv; on error or --help returns false with the text to print in `message`.

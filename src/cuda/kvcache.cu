@@ -35,6 +35,7 @@ struct KvPlan {
   // forward's problem with seqused_k = cache_seqlens + appended: the forward kernel runs it.
   bool forward_kernel = false;
   bool stage_q = false;  // q goes through an aligned (rotated) copy in the workspace
+  bool dependent_combine = false;  // sm_90+: the combine overlaps the kernel (kvcache_prep)
   int num_splits = 1;
   uint64_t q_bytes = 0;
   uint64_t partial_out_bytes = 0;
@@ -85,22 +86,31 @@ bool cache_aligned(const core::Operand& cache) {
 
 // num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
 // is chosen from the cache capacity (cache_seqlens may live on the device, and reading it
-// would synchronize): as many splits as fit one wave of resident blocks (a second, partial
-// wave costs more than it gains), each split at least 4 key blocks long (shorter ones spend
-// more on filling the pipeline and on the combine than they gain). Measured on an H200
-// (bench/RESULTS.md, bf16, 32/8 heads, d = 128, 2 decode blocks per SM): batch 1 peaks at
-// 16 splits for 4k keys and 32 for 32k and 128k, batch 8 at 4 splits, batch 64 unsplit.
-int choose_splits(const core::KVCacheParams& p, const KvTile& tile, int smem, int sms,
-                  int smem_per_sm) {
+// would synchronize). Long decode splits over a contiguous cache run one block per SM: alone
+// on its SM such a block keeps up with memory, and a second block per SM only adds contention
+// and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 / 4.54 TB/s at
+// 32k / 128k keys, 4 splits 4.23 / 4.41). Not over a paged cache: one block per SM leaves
+// the page lookups exposed (batch 8 / 32k, page 16: 3.51 TB/s with 2 splits, 4.24 with 4).
+// Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than
+// it gains), each at least 4 key blocks long (shorter ones spend more on filling the pipeline
+// and on the combine than they gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k
+// and 128k, batch 8 at 4 for 4k.
+int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile, int smem,
+                  int sms, int smem_per_sm) {
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
   const int64_t blocks =
       static_cast<int64_t>((packed_rows + tile.block_m - 1) / tile.block_m) * p.nheads_k *
       p.batch;
   const int key_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
   if (p.num_splits >= 1) return std::max(1, std::min({p.num_splits, key_blocks, kMaxKvSplits}));
+  if (blocks == 0) return 1;
+  constexpr int kLongSplit = 256;  // key blocks: 16k keys of 64
+  const int64_t one_per_sm = std::min<int64_t>(sms / blocks, kMaxKvSplits);
+  if (decode && !p.is_paged() && one_per_sm >= 1 && key_blocks / one_per_sm >= kLongSplit) {
+    return static_cast<int>(one_per_sm);
+  }
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
   const int64_t slots = static_cast<int64_t>(sms) * per_sm;
-  if (blocks == 0) return 1;
   const int64_t wanted = slots / blocks;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 4,
                                                                     kMaxKvSplits})));
@@ -155,7 +165,8 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
   }
   const KvTile tile =
       plan->decode ? kv_decode_tile(plan->head_dim) : kv_prefill_tile(plan->head_dim);
-  plan->num_splits = choose_splits(p, tile, smem, limits.sms, limits.smem_per_sm);
+  plan->num_splits = choose_splits(p, plan->decode, tile, smem, limits.sms, limits.smem_per_sm);
+  plan->dependent_combine = limits.major >= 9;
   if (plan->num_splits > 1) {
     plan->partial_out_bytes = aligned(plan->num_splits * rows * p.head_dim * sizeof(float));
     plan->partial_lse_bytes = aligned(plan->num_splits * rows * sizeof(float));
@@ -228,7 +239,8 @@ Status forward_kvcache(const core::KVCacheParams& params, void* stream_ptr) {
   }
   const Status ran = run_kernel(p, plan.head_dim, launch, stream);
   if (!ran.ok() || plan.num_splits == 1) return ran;
-  return launch_combine(p, plan.num_splits, launch.partial_out, launch.partial_lse, stream);
+  return launch_combine(p, plan.num_splits, launch.partial_out, launch.partial_lse,
+                        plan.dependent_combine, stream);
 }
 
 }  // namespace flashattn::cuda

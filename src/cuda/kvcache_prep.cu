@@ -102,6 +102,11 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kMaxKvSplits <= kThreads, "one thread per split");
   __shared__ float merged[kThreads];
   __shared__ float weight[kThreads];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A dependent launch starts before the attention kernel ends: wait for its partials (a
+  // no-op when launched the ordinary way).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
   const int64_t row = blockIdx.x;
   const int t = threadIdx.x;
@@ -168,14 +173,23 @@ Status launch_used_keys(const core::KVCacheParams& p, int32_t* used_keys, cudaSt
 }
 
 Status launch_combine(const core::KVCacheParams& p, int num_splits, const float* partial_out,
-                      const float* partial_lse, cudaStream_t stream) {
+                      const float* partial_lse, bool dependent, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
   if (rows == 0) return Status::Ok();
   return by_dtype(p, [&](auto zero) {
     using T = decltype(zero);
-    combine_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-        p, num_splits, partial_out, partial_lse);
-    return cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(rows));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = dependent ? 1 : 0;
+    return cuda_status(
+        cudaLaunchKernelEx(&config, combine_kernel<T>, p, num_splits, partial_out, partial_lse),
+        "launching the split-KV combine kernel");
   });
 }
 

@@ -27,7 +27,10 @@ Status launch_used_keys(const core::KVCacheParams& params, int32_t* used_keys,
                         cudaStream_t stream);
 
 // partial_out [splits][batch][nheads][seqlen_q][head_dim], partial_lse [splits][...][seqlen_q].
+// `dependent` (sm_90 and newer): launched as a programmatic dependent of the attention kernel
+// before it on the stream, whose blocks allow it at their start; its blocks then become
+// resident during that kernel and wait for its end, so the launch latency is hidden.
 Status launch_combine(const core::KVCacheParams& params, int num_splits, const float* partial_out,
-                      const float* partial_lse, cudaStream_t stream);
+                      const float* partial_lse, bool dependent, cudaStream_t stream);
 
 }  // namespace flashattn::cuda

@@ -43,8 +43,11 @@ constexpr KvTile kv_prefill_tile(int head_dim) {
 // read K/V fewer times, through L2, than one mostly empty prefill block costs in compute).
 inline constexpr int kKvDecodeMaxRows = 32;
 
+// The int64 offsets of the K and V rows of two key blocks (kv_kernel.cuh: row offsets).
+constexpr int kv_row_offset_bytes(KvTile t) { return 2 * 2 * t.block_n * 8; }
+
 constexpr int kv_smem_bytes(int head_dim, KvTile t) {
-  return (t.block_m + 2 * t.stages * t.block_n) * head_dim * 2;
+  return (t.block_m + 2 * t.stages * t.block_n) * head_dim * 2 + kv_row_offset_bytes(t);
 }
 
 // The epilogue reuses the tile memory for the fp32 partial outputs of the key-warps and their

@@ -35,18 +35,11 @@
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
+#include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm80/tile_copy.cuh"
 
 namespace flashattn::cuda::sm80 {
-
-// Score conversions computed on the host once per call. A raw score is q.k, or with softcap
-// tanh(scale q.k / softcap); score = raw * unit, and raw * log2_unit is the score in log2 units.
-struct FwdScores {
-  float unit;
-  float log2_unit;
-  float softcap_pre;  // scale / softcap; 0 without softcap
-};
 
 template <int D, class TileT>
 struct FwdShape {
@@ -153,43 +146,10 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
       }
     }
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem, k_smem, lanes);
-    if (sc.softcap_pre != 0.f) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * sc.softcap_pre);
-        }
-      }
-    }
-    const int col0 = n * kBlockN + 2 * (lane % 4);
-    if (alibi_raw != 0.f) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int diagonal = thread_row0 + 16 * m + 8 * half + seqlen_k - seqlen_q;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
-              s[m][j][2 * half + e] -= alibi_raw * distance;
-            }
-          }
-        }
-      }
-    }
-    if constexpr (std::decay_t<decltype(masked)>::value) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          mask.apply(s[m], half, thread_row0 + 16 * m + 8 * half, col0);
-        }
-      }
-    }
+    transform_scores(
+        masked, s, sc, alibi_raw != 0.f, mask, n * kBlockN + 2 * (lane % 4),
+        [&](int m, int half) { return thread_row0 + 16 * m + 8 * half; },
+        [&](int, int) { return alibi_raw; });
   };
 
   int iteration = 0;

@@ -9,8 +9,11 @@
 // work per K/V byte stays low enough for memory speed), prefill 4 x 1 (the forward's shape).
 //
 // Mainloop: a ring of `stages` K/V buffers filled by cp.async stages-1 blocks ahead, one
-// barrier per block. Per block: S = Q K^T, softcap, ALiBi (per row: rows are different heads),
-// the visibility mask on blocks that need it, online softmax, O += P V (fwd_gemm.cuh).
+// barrier per block; each K/V row's address (paged: through block_table) is computed once per
+// block by one thread and shared through shared memory (row offsets below). Per block:
+// S = Q K^T, then score_transform.cuh (softcap, ALiBi per row: rows are different heads, the
+// visibility mask on blocks that need it), online softmax, O += P V (fwd_gemm.cuh).
+// With split-KV the blocks allow the combine kernel's launch at their start (sm_90).
 //
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
 // (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes
@@ -23,16 +26,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/mask.hpp"
 #include "core/params.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
-#include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/kv_rows.cuh"
+#include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -63,8 +65,10 @@ struct KvShape {
   static constexpr int kDT = D / 8;
   using QTile = SmemTile<kBlockM, D>;
   using KVTile = SmemTile<kBlockN, D>;
-  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+  static constexpr int kTileBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+  static constexpr int kSmemBytes = kTileBytes + kv_row_offset_bytes(kTile);
   static_assert(kSmemBytes == kv_smem_bytes(D, kTile), "smem size disagrees with the table");
+  static_assert(kBlockN <= kThreads, "one thread per key row computes the row offsets");
 };
 
 template <class T, int D, class TileT>
@@ -77,6 +81,10 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
                 kBlockM = S::kBlockM;
   extern __shared__ __align__(128) unsigned char smem[];
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The split-KV combine may be launched now (kvcache_prep.hpp: it waits for this grid's end).
+  asm volatile("griddepcontrol.launch_dependents;\n");
+#endif
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
@@ -102,38 +110,40 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   auto v_buffer = [&](int i) { return kv_smem + (S::kStages + i) * KVTile::kBytes; };
   const int chunks_valid = p.head_dim / 8;
 
-  // A paged cache's page of each row this thread copies is read one key block ahead, so
-  // the block_table loads are in flight during the compute of a block, not in the path of
-  // the next copy.
-  using KVRows = block::CopyRows<kBlockN, D, S::kThreads>;
+  // Row offsets: the element offset of each K and V row of a key block (paged: through
+  // block_table) is computed once, by thread r for row r, and kept in shared memory for the 8
+  // threads that copy the row's chunks: int64 [2 slots][K, V][kBlockN] after the tiles.
+  // Block x's offsets go to slot x % 2 in the iteration before its copy: the page index is
+  // loaded before that iteration's compute, which hides the load, and the offsets are stored
+  // after it; the barrier at the top of the next iteration publishes them. The slot was last
+  // read by the copy of block x - 2, before that iteration's barrier.
   const bool paged = p.block_table != nullptr;
-  int pages[KVRows::kCount];
-  auto fetch_pages = [&](int n) {
-#pragma unroll
-    for (int i = 0; i < KVRows::kCount; ++i) {
-      const int key = n * kBlockN + KVRows::row(tid, i);
-      pages[i] = key < rows.seqlen_k ? rows.page_of(p, key) : 0;
+  int64_t* const row_offsets = reinterpret_cast<int64_t*>(smem + S::kTileBytes);
+  auto row_page = [&](int n) {
+    const int key = n * kBlockN + tid;
+    return paged && tid < kBlockN && key < rows.seqlen_k ? __ldg(rows.page_entry(p, key)) : 0;
+  };
+  auto store_row_offsets = [&](int n, int page) {
+    if (tid < kBlockN) {
+      const int key = n * kBlockN + tid;
+      int64_t* slot = row_offsets + (n & 1) * 2 * kBlockN;
+      slot[tid] = paged ? rows.paged_offset(p, p.k, key, page) : rows.key_offset(p.k, key);
+      slot[kBlockN + tid] =
+          paged ? rows.paged_offset(p, p.v, key, page) : rows.key_offset(p.v, key);
     }
   };
   const T* const kv_base[2] = {static_cast<const T*>(p.k.ptr), static_cast<const T*>(p.v.ptr)};
   auto load_kv = [&](int n, int buffer) {
     const int key0 = n * kBlockN;
     const uint32_t dst[2] = {k_buffer(buffer), v_buffer(buffer)};
+    const int64_t* slot = row_offsets + (n & 1) * 2 * kBlockN;
     block::copy_rows_async<kBlockN, D, S::kThreads, 2>(
         dst, kv_base,
-        [&](int i, int r, bool valid, int64_t(&offset)[2]) {
-          if (!valid) {
-            offset[0] = offset[1] = 0;
-          } else if (paged) {
-            offset[0] = rows.paged_offset(p, p.k, key0 + r, pages[i]);
-            offset[1] = rows.paged_offset(p, p.v, key0 + r, pages[i]);
-          } else {
-            offset[0] = rows.key_offset(p.k, key0 + r);
-            offset[1] = rows.key_offset(p.v, key0 + r);
-          }
+        [&](int, int r, bool valid, int64_t(&offset)[2]) {
+          offset[0] = valid ? slot[r] : 0;
+          offset[1] = valid ? slot[kBlockN + r] : 0;
         },
         rows.seqlen_k - key0, chunks_valid, tid);
-    if (paged) fetch_pages(n + 1);
   };
 
   const int warp_m = warp / S::kWarpsN;
@@ -144,22 +154,18 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
   const uint32_t kv_warp_offset = KVTile::fixed_offset(warp_key0, 0) * 2;
 
-  // The rows this thread holds (half 0 and 1 of each row tile): their query and ALiBi slope
-  // (each packed row is its own head).
-  int row_query[kMT][2];
-  float row_alibi[kMT][2];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int packed = min(m0 + warp_row0 + 16 * m + 8 * half + lane / 4, packed_rows - 1);
-      row_query[m][half] = rows.query(packed);
-      row_alibi[m][half] =
-          p.alibi_slopes == nullptr
-              ? 0.f
-              : p.alibi_slopes[rows.b * p.alibi_batch_stride + rows.head(packed)] / run.sc.unit;
-    }
-  }
+  // The fragment rows of this thread (half 0 and 1 of each row tile): packed rows, each its
+  // own head. Their query and ALiBi slope are derived where a masked block or ALiBi needs
+  // them rather than kept in registers through the loop (the prefill tile has none to spare).
+  const int thread_row0 = m0 + warp_row0 + lane / 4;
+  auto fragment_row = [&](int m, int half) {
+    return min(thread_row0 + 16 * m + 8 * half, packed_rows - 1);
+  };
+  auto row_query = [&](int m, int half) { return rows.query(fragment_row(m, half)); };
+  auto row_slope = [&](int m, int half) {
+    return p.alibi_slopes[rows.b * p.alibi_batch_stride + rows.head(fragment_row(m, half))] /
+           run.sc.unit;
+  };
 
   float o[kMT][kDT][4];
 #pragma unroll
@@ -185,53 +191,10 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     }
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
                                                    k_buffer(buffer) + kv_warp_offset, lanes);
-    if (run.sc.softcap_pre != 0.f) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * run.sc.softcap_pre);
-          }
-        }
-      }
-    }
-    const int col0 = n * kBlockN + warp_key0 + 2 * (lane % 4);
-    if (p.alibi_slopes != nullptr) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int diagonal = row_query[m][half] + rows.seqlen_k - rows.seqlen_q;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
-              s[m][j][2 * half + e] -= row_alibi[m][half] * distance;
-            }
-          }
-        }
-      }
-    }
-    if constexpr (std::decay_t<decltype(masked)>::value) {
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const core::KeyRange r = mask.keys(row_query[m][half]);
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = col0 + 8 * j + e;
-              if (col < r.begin || col >= r.end) s[m][j][2 * half + e] = -CUDART_INF_F;
-            }
-          }
-        }
-      }
-    }
+    transform_scores(
+        masked, s, run.sc, p.alibi_slopes != nullptr, mask,
+        n * kBlockN + warp_key0 + 2 * (lane % 4),
+        row_query, row_slope);
     softmax.update(s, o, run.sc.log2_unit);
     warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
                                                      lanes);
@@ -250,11 +213,17 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     prim::thread::cp_async_commit();
   }
   const int blocks = n_end - n_begin;
-  if (paged) fetch_pages(n_begin);
 #pragma unroll
   for (int i = 0; i < S::kStages - 1; ++i) {
-    if (i < blocks) load_kv(n_begin + i, i);
+    if (i < blocks) {
+      store_row_offsets(n_begin + i, row_page(n_begin + i));
+      __syncthreads();  // the offsets of block i are visible to the copy
+      load_kv(n_begin + i, i);
+    }
     prim::thread::cp_async_commit();
+  }
+  if (S::kStages - 1 < blocks) {
+    store_row_offsets(n_begin + S::kStages - 1, row_page(n_begin + S::kStages - 1));
   }
 
   constexpr std::true_type masked{};
@@ -265,12 +234,15 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     const int ahead = it + S::kStages - 1;
     if (ahead < blocks) load_kv(n_begin + ahead, ahead % S::kStages);
     prim::thread::cp_async_commit();
+    const bool next = ahead + 1 < blocks;
+    const int next_page = next ? row_page(n_begin + ahead + 1) : 0;
     const int n = n_begin + it;
     if (n >= kb.unmasked_end || n < kb.unmasked_begin) {
       step(masked, n, it % S::kStages);
     } else {
       step(unmasked, n, it % S::kStages);
     }
+    if (next) store_row_offsets(n_begin + ahead + 1, next_page);
   }
 
   // Epilogue: per key-warp outputs and statistics into shared memory.
@@ -327,24 +299,31 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   }
   __syncthreads();
 
+  // One warp per row: the row's destination is computed once, the lanes take its columns.
   const int cols = p.head_dim;
-  for (int idx = tid; idx < block_rows * cols; idx += S::kThreads) {
-    const int row = idx / cols;
-    const int c = idx % cols;
-    float value = 0.f;
-#pragma unroll
-    for (int w = 0; w < S::kWarpsN; ++w) {
-      value += max_smem[w * kBlockM + row] * o_smem[(w * kBlockM + row) * kOStride + c];
-    }
+  for (int row = warp; row < block_rows; row += S::kThreads / 32) {
     const int packed = m0 + row;
+    T* out = nullptr;
+    float* partial = nullptr;
     if (run.num_splits == 1) {
-      T* out = static_cast<T*>(p.out.ptr) + rows.query_offset(p.out, packed);
-      out[c] = static_cast<T>(value);
+      out = static_cast<T*>(p.out.ptr) + rows.query_offset(p.out, packed);
     } else {
       const int64_t slot =
           ((static_cast<int64_t>(split) * p.batch + rows.b) * p.nheads + rows.head(packed)) *
               rows.seqlen_q + rows.query(packed);
-      run.partial_out[slot * cols + c] = value;
+      partial = run.partial_out + slot * cols;
+    }
+    for (int c = lane; c < cols; c += 32) {
+      float value = 0.f;
+#pragma unroll
+      for (int w = 0; w < S::kWarpsN; ++w) {
+        value += max_smem[w * kBlockM + row] * o_smem[(w * kBlockM + row) * kOStride + c];
+      }
+      if (out != nullptr) {
+        out[c] = static_cast<T>(value);
+      } else {
+        partial[c] = value;
+      }
     }
   }
   if (tid < block_rows) {

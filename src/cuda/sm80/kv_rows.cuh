@@ -58,10 +58,12 @@ struct KvRows {
            hk * cache.head_stride;
   }
 
-  __device__ __forceinline__ int page_of(const core::KVCacheParams& p, int key) const {
+  // The block_table entry that holds the page of logical key `key`.
+  __device__ __forceinline__ const int32_t* page_entry(const core::KVCacheParams& p,
+                                                       int key) const {
     const int position = leftpad + key;
     const int index = page_shift >= 0 ? position >> page_shift : position / p.page_size;
-    return p.block_table[b * p.block_table_batch_stride + index];
+    return p.block_table + b * p.block_table_batch_stride + index;
   }
 
   __device__ __forceinline__ int64_t query_offset(const core::Operand& q, int packed) const {
@@ -71,17 +73,8 @@ struct KvRows {
 
 namespace block {
 
-// The rows of a tile thread `tid` copies in copy_rows_async: row tid / chunks + i * pass.
-template <int Rows, int D, int Threads>
-struct CopyRows {
-  static constexpr int kChunks = SmemTile<Rows, D>::kChunksPerPanelRow;
-  static constexpr int kRowsPerPass = Threads / kChunks;
-  static constexpr int kCount = Rows / kRowsPerPass;
-  static __device__ __forceinline__ int row(int tid, int i) { return tid / kChunks + i * kRowsPerPass; }
-};
-
-// Rows [0, Rows) of an SmemTile<Rows, D>: row r (the i-th of this thread, CopyRows) comes
-// from `base + offset` as offsets(i, r, valid, offset) sets it when r < rows_valid, else
+// Rows [0, Rows) of an SmemTile<Rows, D>: row r (the i-th this thread copies) comes from
+// `base + offset` as offsets(i, r, valid, offset) sets it when r < rows_valid, else
 // zeros; columns at or past `chunks_valid` * 8 are zeros. `Sources` tiles with the same rows
 // are filled at once (K and V share their row addressing).
 template <int Rows, int D, int Threads, int Sources, class T, class RowOffsets>

@@ -298,7 +298,20 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   prefill.rotary_dim = 40;
   prefill.causal = true;
   prefill.cache_leftpad = {3, 0};  // the KV-cache kernel's prefill tile, not the forward's
-  for (const KVCacheProblem& p : {decode, paged, prefill}) {
+  // Splits of several key blocks, so that the K/V ring and the row places turn over (d = 128:
+  // 3 decode stages, 2 prefill stages), paged with a leftpad that is not a page multiple.
+  KVCacheProblem ring = decode;
+  ring.head_dim = 128;
+  ring.rotary_dim = 0;
+  ring.seqlen_new = 0;
+  ring.seqlen_cache = 512;
+  ring.cache_seqlens = {420, 300};
+  ring.page_size = 16;
+  ring.cache_leftpad = {5, 0};
+  ring.num_splits = 1;
+  KVCacheProblem ring_prefill = ring;
+  ring_prefill.seqlen_q = 40;
+  for (const KVCacheProblem& p : {decode, paged, prefill, ring, ring_prefill}) {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
 }

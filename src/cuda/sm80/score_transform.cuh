@@ -1,0 +1,69 @@
+// What happens to a warp's score fragment between S = Q K^T and the online softmax: softcap,
+// ALiBi and, on key blocks that need it, the visibility mask. One function for the forward and
+// the KV-cache kernels. They differ only in where a fragment row's query index and ALiBi slope
+// come from (the forward: consecutive queries of one head; the KV cache: packed rows, each its
+// own head), so those are functions of (row tile m, half) passed in by the kernel.
+#pragma once
+
+#include "cuda/prim/math.cuh"
+#include "cuda/sm80/fwd_mask.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Score conversions computed on the host once per call. A raw score is q.k, or with softcap
+// tanh(scale q.k / softcap); score = raw * unit, and raw * log2_unit is the score in log2 units.
+struct FwdScores {
+  float unit;
+  float log2_unit;
+  float softcap_pre;  // scale / softcap; 0 without softcap
+};
+
+// s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
+// row_query(m, half) is that row's query index (rows past the end may return any valid query)
+// and row_slope(m, half) its ALiBi slope in raw units; both are read only when needed.
+// `Masked` is std::true_type on blocks the mask runs through, std::false_type elsewhere.
+template <class Masked, int MT, int NT, class RowQuery, class RowSlope>
+__device__ __forceinline__ void transform_scores(Masked, float (&s)[MT][NT][4],
+                                                 const FwdScores& sc, bool alibi,
+                                                 const FwdMask& mask, int col0,
+                                                 RowQuery row_query, RowSlope row_slope) {
+  if (sc.softcap_pre != 0.f) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[m][j][e] = prim::thread::tanh_exp2(s[m][j][e] * sc.softcap_pre);
+        }
+      }
+    }
+  }
+  if (alibi) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int diagonal = row_query(m, half) + mask.seqlen_k - mask.seqlen_q;
+        const float slope = row_slope(m, half);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float distance = fabsf(static_cast<float>(diagonal - (col0 + 8 * j + e)));
+            s[m][j][2 * half + e] -= slope * distance;
+          }
+        }
+      }
+    }
+  }
+  if constexpr (Masked::value) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) mask.apply(s[m], half, row_query(m, half), col0);
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm80
