@@ -146,9 +146,9 @@ TEST(ReferenceDropout, SameSeedAndOffsetRepeatDifferentOnesDoNot) {
   EXPECT_GT(max_abs_diff(first, run(7 + (uint64_t(1) << 32), 1000)), 0.0);
 }
 
-// The kernels' four-column form of the keep-test (bit i: column 4 (col / 4) + i) is the
+// The kernels' eight-column form of the keep-test (bit i: column 8 (col / 8) + i) is the
 // keep-test itself.
-TEST(ReferenceDropout, KeepBitsOfFourColumnsAreTheKeepTest) {
+TEST(ReferenceDropout, KeepBitsOfEightColumnsAreTheKeepTest) {
   const uint32_t threshold = flashattn::core::dropout_threshold(0.3f);
   const uint64_t seed = 0xFEDCBA9876543210ull, offset = 0x300000011ull;
   for (uint32_t bh : {0u, 5u, 1000u}) {
@@ -156,9 +156,10 @@ TEST(ReferenceDropout, KeepBitsOfFourColumnsAreTheKeepTest) {
       for (uint32_t col = 0; col < 64; ++col) {
         const uint32_t bits =
             flashattn::core::dropout_keep_bits(seed, offset, bh, row, col, threshold);
-        for (uint32_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(bits >> 8, 0u);
+        for (uint32_t i = 0; i < 8; ++i) {
           ASSERT_EQ((bits >> i) & 1u, flashattn::core::dropout_keep(seed, offset, bh, row,
-                                                                    col / 4 * 4 + i, threshold))
+                                                                    col / 8 * 8 + i, threshold))
               << "bh " << bh << " row " << row << " col " << col << " bit " << i;
         }
       }

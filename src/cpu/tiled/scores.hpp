@@ -108,7 +108,7 @@ inline void probabilities_from_lse(float* s, int64_t ld, int keys, int cols,
 }
 
 // z[j * ld + i] = 1/(1-p) where the shared Philox keep-test keeps element (row0 + i,
-// key0 + j), else 0 (and 0 in the padding columns). One Philox draw covers four keys.
+// key0 + j), else 0 (and 0 in the padding columns). One Philox draw covers eight keys.
 inline void dropout_factors(const ScoreRule& rule, int row0, int rows, int cols, int key0,
                             int keys, float* z, int64_t ld) {
   for (int i = 0; i < rows; ++i) {
@@ -117,11 +117,13 @@ inline void dropout_factors(const ScoreRule& rule, int row0, int rows, int cols,
     core::PhiloxWords words{};
     for (int j = 0; j < keys; ++j) {
       const uint32_t col = static_cast<uint32_t>(key0 + j);
-      if (static_cast<int>(col >> 2) != cached_group) {
-        cached_group = static_cast<int>(col >> 2);
+      if (static_cast<int>(col >> 3) != cached_group) {
+        cached_group = static_cast<int>(col >> 3);
         words = core::dropout_draws(rule.seed, rule.offset, rule.bh, row, col);
       }
-      z[j * ld + i] = words.w[col & 3] >= rule.drop_threshold ? rule.dropout_rescale : 0.f;
+      z[j * ld + i] = core::dropout_value(words, col & 7) >= rule.drop_threshold
+                          ? rule.dropout_rescale
+                          : 0.f;
     }
   }
   for (int j = 0; j < keys; ++j) {

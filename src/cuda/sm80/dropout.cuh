@@ -1,18 +1,21 @@
 // Dropout on the mma accumulator fragments: the keep-test of core/philox.hpp (the same pure
 // function of (seed, offset, b * nheads + h, query row, key column) the CPU backends call),
-// evaluated for the elements one thread holds, with each Philox draw computed by one lane
-// only and its four keep bits passed to the lanes that hold the other columns of the draw.
+// evaluated for the elements one thread holds. A Philox draw gives the keep bits of eight
+// neighbouring keys of one query; each draw is computed by one lane only and its bits are
+// passed by shuffles to the lanes holding those elements, so a lane draws once per eight
+// of its elements.
 //
-// A draw covers keys 4c .. 4c + 3 of one query row. The fragments (prim/mma.cuh): lane
-// (g = lane / 4, t = lane % 4) holds rows g and g + 8 and columns 8 j + 2 t, 8 j + 2 t + 1 of
-// each 16 x 8 tile.
-//   forward (rows = queries, columns = keys): a draw's four keys are held by lanes t and t ^ 1,
-//     two each, for both rows; lane t draws for row g + 8 (t % 2) and the pair swaps halves
-//     (one shuffle per row tile).
-//   backward (S^T: rows = keys, columns = queries): a draw's four keys are rows held by the
-//     four lanes with the same t and g / 4, one each, for four (row half, column) pairs; lane
-//     r = g % 4 draws the pair (half r / 2, column parity r % 2) and the four lanes exchange
-//     bits (three shuffles).
+// The fragments (prim/mma.cuh): lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 and
+// columns 8 j + 2 t, 8 j + 2 t + 1 of each 16 x 8 tile.
+//   forward (rows = queries, columns = keys): the draw of (row half, tile j) covers the tile's
+//     eight keys, held two each by the four lanes of a quad. For each pair of tiles the quad
+//     needs four draws; lane t makes the one of row half t % 2 and tile 2 jj + t / 2, and
+//     each lane takes its two bits of all four (four shuffles per 16-row tile).
+//   backward (S^T: rows = keys, columns = queries): the draw of (query, row half) covers the
+//     eight keys g = 0..7 of that half, one per lane with the same t. Per pair of tiles the
+//     32 lanes make the 32 draws (query c = lane % 8 of tile 2 jj + lane / 16, half
+//     (lane / 8) % 2), and each lane takes bit g of the eight draws of its elements (eight
+//     shuffles per 16-key tile).
 // Both give exactly the keep-test of every element; only the work is split.
 #pragma once
 
@@ -55,29 +58,42 @@ struct FwdDropoutMask {
   uint32_t bits[MT][2];  // [m][half]: bit 2 j + e set iff element [m][j][2 half + e] is kept
   float rescale;
 
-  // For query head h of batch entry b. The whole warp must call it (shuffles).
+  // For query head h of batch entry b; row0 includes the lane's row g, key0 (a multiple of 8)
+  // does not include its column. The whole warp must call it (shuffles).
   __device__ __forceinline__ void draw(const core::AttentionParams& p, int b, int h, int row0,
                                        int key0, int lane) {
+    static_assert(NT % 2 == 0, "tiles drawn in pairs");
+    constexpr int kPairs = NT / 2;
+    constexpr int kWords = (kPairs + 3) / 4;  // 8 keep bits per pair
     const DropoutHead d(p, b, h);
     rescale = d.rescale;
     const int t = lane % 4;
-    const int own = t % 2;         // the row half this lane draws for
-    const int col = key0 + 2 * t;  // its first column; col % 4 == 2 own
+    const int quad = lane - t;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      uint32_t mine = 0, theirs = 0;  // two keep bits per j: own columns, the partner's
-      // Four draws in flight: 6% faster than one at a time at d = 64 on the H200 (the
-      // multiply chains overlap), and about the same ptxas spills at d = 128 (192 bytes,
-      // 136 with one, 832 with all eight).
-#pragma unroll 4
-      for (int j = 0; j < NT; ++j) {
-        const uint32_t drawn = d.keep_bits(row0 + 16 * m + 8 * own, col + 8 * j);
-        mine |= ((drawn >> (2 * own)) & 3u) << (2 * j);
-        theirs |= ((drawn >> (2 - 2 * own)) & 3u) << (2 * j);
+      uint32_t drawn[kWords] = {};  // byte jj: the draw of (row half t % 2, tile 2 jj + t / 2)
+      // One draw at a time: ptxas -v at d = 128 (sm_90a) spills 236 B so, 364 B with two in
+      // flight and 732 B with four (the output accumulators are live here).
+#pragma unroll 1
+      for (int jj = 0; jj < kPairs; ++jj) {
+        const uint32_t bits8 =
+            d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 8 * (2 * jj + t / 2));
+        drawn[jj / 4] |= bits8 << (8 * (jj % 4));
       }
-      const uint32_t other = __shfl_xor_sync(0xffffffffu, theirs, 1);  // the other half's bits
-      bits[m][0] = own == 0 ? mine : other;
-      bits[m][1] = own == 0 ? other : mine;
+      bits[m][0] = bits[m][1] = 0;
+#pragma unroll
+      for (int source = 0; source < 4; ++source) {
+        const int half = source % 2;
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+          const uint32_t got = __shfl_sync(0xffffffffu, drawn[w], quad + source);
+#pragma unroll
+          for (int jj = 4 * w; jj < 4 * w + 4 && jj < kPairs; ++jj) {
+            const int j = 2 * jj + source / 2;
+            bits[m][half] |= ((got >> (8 * (jj % 4) + 2 * t)) & 3u) << (2 * j);
+          }
+        }
+      }
     }
   }
 
@@ -120,28 +136,28 @@ struct BwdDropoutMask {
   float rescale;
 
   BwdDropoutMask() = default;
-  // key0: the tile's first key (a multiple of 16).
+  // key0: the tile's first key (a multiple of 16); query0: the share's first query.
   __device__ __forceinline__ BwdDropoutMask(const DropoutHead& d, int key0, int query0, int lane)
       : bits(0), rescale(d.rescale) {
-    const int r = (lane / 4) % 4;  // this lane's key within its draws
-    const int pair = r;            // the (half, column parity) pair it draws: 2 half + e
-    const int key = key0 + 8 * (pair / 2) + 4 * (lane / 16);
-    const int query = query0 + 2 * (lane % 4) + pair % 2;
-    uint32_t drawn[NT];
+    static_assert(NT % 2 == 0 && NT <= 8, "tiles drawn in pairs, four pairs per word");
+    constexpr int kPairs = NT / 2;
+    // This lane's draws: query c of tile 2 jj + parity, keys of row half `half`.
+    const int c = lane % 8, half = (lane / 8) % 2, parity = lane / 16;
+    uint32_t drawn = 0;  // byte jj: the eight keep bits of pair jj's draw
 #pragma unroll
-    for (int j = 0; j < NT; ++j) drawn[j] = d.keep_bits(query + 8 * j, key);
-    uint32_t own = 0;
+    for (int jj = 0; jj < kPairs; ++jj) {
+      drawn |= d.keep_bits(query0 + 8 * (2 * jj + parity) + c, key0 + 8 * half) << (8 * jj);
+    }
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) own |= ((drawn[j] >> r) & 1u) << j;
-    bits = static_cast<Bits>(own) << (pair * NT);
+    for (int source = 0; source < 8; ++source) {
+      // Element (half h, column parity e) of tile 2 jj + p was drawn by lane 2 t + e + 8 h + 16 p.
+      const int e = source % 2, h = (source / 2) % 2, p = source / 4;
+      const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * h + 16 * p);
 #pragma unroll
-    for (int x = 1; x < 4; ++x) {
-      // The lane r ^ x drew pair r ^ x; it sends bit r of each of its draws.
-      uint32_t send = 0;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) send |= ((drawn[j] >> (r ^ x)) & 1u) << j;
-      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, 4 * x);
-      bits |= static_cast<Bits>(got) << ((pair ^ x) * NT);
+      for (int jj = 0; jj < kPairs; ++jj) {
+        bits |= static_cast<Bits>((got >> (8 * jj + g)) & 1u) << ((2 * h + e) * NT + 2 * jj + p);
+      }
     }
   }
 
