@@ -26,10 +26,11 @@
 #include "cuda/sm80/tile_copy.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma_descriptor.cuh"
-#include "cuda/sm90/wgmma_fragments.cuh"
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/tensor_map.hpp"
+#include "cuda/sm90/tma_load.cuh"
 #include "cuda/sm90/wgmma.cuh"
-#endif
+#include "cuda/sm90/wgmma_fragments.cuh"
 
 namespace fa_cuda_test {
 namespace {
@@ -60,29 +61,17 @@ constexpr int smem_bytes() {
          2 * TileBOf<kBMajor, N, K>::kBytes + 4096;
 }
 
+// The product of the tiles at tile_a and tile_b (A from `a` in global memory instead when
+// kARegisters), written to c as [64][N].
 template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake>
-__global__ void __launch_bounds__(kThreads) wgmma_product(const T* a, const T* b, float* c) {
+__device__ __forceinline__ void multiply_and_store(uint32_t tile_a, uint32_t tile_b, const T* a,
+                                                   float* c) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace wg = flashattn::cuda::sm90::warpgroup;
-  namespace prim = flashattn::cuda::prim;
-  using TileA = Swizzle128Tile<kM, K>;
-  using TileB = TileBOf<kBMajor, N, K>;
-  using OperandA = WgmmaOperand<TileA, Major::kK>;
-  using OperandB = WgmmaOperand<TileB, kBMajor>;
+  using OperandA = WgmmaOperand<Swizzle128Tile<kM, K>, Major::kK>;
+  using OperandB = WgmmaOperand<TileBOf<kBMajor, N, K>, kBMajor>;
   constexpr bool kTransB = kBMajor == Major::kMN;
-  extern __shared__ uint8_t smem[];
-  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
-  const uint32_t tile_a = base;
-  const uint32_t tile_b = base + TileA::kBytes;
   const int tid = threadIdx.x;
-
-  flashattn::cuda::sm80::block::copy_tile_async<kM, K, kThreads>(tile_a, a, K, kM, tid);
-  flashattn::cuda::sm80::block::copy_tile_async<TileB::kRows, TileB::kCols, kThreads>(
-      tile_b, b, TileB::kCols, TileB::kRows, tid);
-  prim::thread::cp_async_commit();
-  prim::thread::cp_async_wait<0>();
-  wg::fence_proxy_async_shared();
-  __syncthreads();
 
   // A in registers comes straight from global memory through the fragment map.
   uint32_t a_regs[K / 16][4];
@@ -134,6 +123,65 @@ __global__ void __launch_bounds__(kThreads) wgmma_product(const T* a, const T* b
 #endif
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The first 1024-byte boundary of the dynamic shared memory: where the tiles start.
+__device__ __forceinline__ uint32_t aligned_smem_base() {
+  extern __shared__ uint8_t smem[];
+  return (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
+}
+#endif
+
+// Tiles filled by sm80's cp.async tile copy from a [64][K] and B's [N][K] or [K][N].
+template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake>
+__global__ void __launch_bounds__(kThreads) wgmma_product(const T* a, const T* b, float* c) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  namespace prim = flashattn::cuda::prim;
+  using TileA = Swizzle128Tile<kM, K>;
+  using TileB = TileBOf<kBMajor, N, K>;
+  const uint32_t tile_a = aligned_smem_base();
+  const uint32_t tile_b = tile_a + TileA::kBytes;
+  const int tid = threadIdx.x;
+  flashattn::cuda::sm80::block::copy_tile_async<kM, K, kThreads>(tile_a, a, K, kM, tid);
+  flashattn::cuda::sm80::block::copy_tile_async<TileB::kRows, TileB::kCols, kThreads>(
+      tile_b, b, TileB::kCols, TileB::kRows, tid);
+  prim::thread::cp_async_commit();
+  prim::thread::cp_async_wait<0>();
+  flashattn::cuda::sm90::warpgroup::fence_proxy_async_shared();
+  __syncthreads();
+  multiply_and_store<T, N, K, kBMajor, kARegisters, kMistake>(tile_a, tile_b, a, c);
+#endif
+}
+
+// Tiles loaded by TMA from the matrices' element (kTmaOffset, kTmaOffset) on, the maps
+// covering matrices padded by kTmaOffset rows and columns in front.
+constexpr int kTmaOffset = 64;
+
+template <class T, int N, int K, Major kBMajor>
+__global__ void __launch_bounds__(kThreads)
+    wgmma_product_tma(const __grid_constant__ CUtensorMap map_a,
+                      const __grid_constant__ CUtensorMap map_b, float* c) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  namespace sm90 = flashattn::cuda::sm90;
+  using TileA = Swizzle128Tile<kM, K>;
+  using TileB = TileBOf<kBMajor, N, K>;
+  const uint32_t tile_a = aligned_smem_base();
+  const uint32_t tile_b = tile_a + TileA::kBytes;
+  const uint32_t bar = tile_b + TileB::kBytes;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier::init(bar, 1);
+    sm90::mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier::arrive_expect_tx(bar, TileA::kBytes + TileB::kBytes);
+    sm90::tma::load_tile<TileA>(tile_a, &map_a, kTmaOffset, kTmaOffset, bar);
+    sm90::tma::load_tile<TileB>(tile_b, &map_b, kTmaOffset, kTmaOffset, bar);
+  }
+  sm90::mbarrier::wait(bar, 0);
+  multiply_and_store<T, N, K, kBMajor, false, Mistake::kNone>(tile_a, tile_b, nullptr, c);
+#endif
+}
+
 template <class T>
 float round_to(float x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(__float2bfloat16(x));
@@ -157,22 +205,41 @@ const char* dtype_name() {
     ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_); \
   } while (0)
 
+// The tile as the middle of a matrix padded by kTmaOffset rows and columns in front, the
+// padding a value no product of the test's inputs comes near.
+template <class T>
+std::vector<T> padded_for_tma(const std::vector<T>& tile, int rows, int cols) {
+  const int pitch = cols + kTmaOffset;
+  std::vector<T> out(static_cast<size_t>(rows + kTmaOffset) * pitch, to_element<T>(1000.f));
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) out[(r + kTmaOffset) * pitch + kTmaOffset + c] = tile[r * cols + c];
+  }
+  return out;
+}
+
 // Runs one product and returns the worst |C - ref| / tolerance over all 64 x N elements
 // (infinity for a NaN). The tolerance, 5e-4 of sum_k |a b|, is ~10x the fp32 rounding the
 // tensor cores may add over K <= 128 exact products; a misread layout errs by O(1) of it.
-template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake>
+// kTma: the tiles come through TMA (wgmma_product_tma) instead of cp.async.
+template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake, bool kTma>
 void run_product(uint32_t seed, double* worst) {
+  static_assert(!kTma || (!kARegisters && kMistake == Mistake::kNone), "TMA runs plain products");
+  using TileB = TileBOf<kBMajor, N, K>;
   *worst = std::numeric_limits<double>::infinity();
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
   std::vector<float> a(kM * K), b(N * K);
   for (float& x : a) x = round_to<T>(uniform(gen));
   for (float& x : b) x = round_to<T>(uniform(gen));
-  // B(k, n): b is [N][K] when K-major, [K][N] when MN-major.
+  // B(k, n): b is [N][K] when K-major, [K][N] when MN-major (TileB's rows and columns).
   auto b_at = [&](int k, int n) { return kBMajor == Major::kK ? b[n * K + k] : b[k * N + n]; };
   std::vector<T> a_lowp(a.size()), b_lowp(b.size());
   for (size_t i = 0; i < a.size(); ++i) a_lowp[i] = to_element<T>(a[i]);
   for (size_t i = 0; i < b.size(); ++i) b_lowp[i] = to_element<T>(b[i]);
+  if (kTma) {
+    a_lowp = padded_for_tma(a_lowp, kM, K);
+    b_lowp = padded_for_tma(b_lowp, TileB::kRows, TileB::kCols);
+  }
 
   T *a_dev = nullptr, *b_dev = nullptr;
   float* c_dev = nullptr;
@@ -182,10 +249,24 @@ void run_product(uint32_t seed, double* worst) {
   FA_CUDA_OK(cudaMemcpy(a_dev, a_lowp.data(), a_lowp.size() * sizeof(T), cudaMemcpyHostToDevice));
   FA_CUDA_OK(cudaMemcpy(b_dev, b_lowp.data(), b_lowp.size() * sizeof(T), cudaMemcpyHostToDevice));
   FA_CUDA_OK(cudaMemset(c_dev, 0xff, kM * N * sizeof(float)));  // NaN where nothing is written
-  auto kernel = wgmma_product<T, N, K, kBMajor, kARegisters, kMistake>;
   constexpr int kSmem = smem_bytes<kBMajor, N, K>();
-  FA_CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  kernel<<<1, kThreads, kSmem>>>(a_dev, b_dev, c_dev);
+  if constexpr (kTma) {
+    CUtensorMap map_a{}, map_b{};
+    const std::string error_a = flashattn::cuda::sm90::encode_panel_tensor_map(
+        &map_a, a_dev, kM + kTmaOffset, K + kTmaOffset, K + kTmaOffset, kM);
+    ASSERT_EQ(error_a, "");
+    const std::string error_b = flashattn::cuda::sm90::encode_panel_tensor_map(
+        &map_b, b_dev, TileB::kRows + kTmaOffset, TileB::kCols + kTmaOffset,
+        TileB::kCols + kTmaOffset, TileB::kRows);
+    ASSERT_EQ(error_b, "");
+    auto kernel = wgmma_product_tma<T, N, K, kBMajor>;
+    FA_CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    kernel<<<1, kThreads, kSmem>>>(map_a, map_b, c_dev);
+  } else {
+    auto kernel = wgmma_product<T, N, K, kBMajor, kARegisters, kMistake>;
+    FA_CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    kernel<<<1, kThreads, kSmem>>>(a_dev, b_dev, c_dev);
+  }
   FA_CUDA_OK(cudaGetLastError());
   FA_CUDA_OK(cudaDeviceSynchronize());
   std::vector<float> c(kM * N);
@@ -203,23 +284,26 @@ void run_product(uint32_t seed, double* worst) {
         ref += p;
         magnitude += std::fabs(p);
       }
-      const double tolerance = 5e-4 * magnitude + 1e-6;
-      const double ratio = std::fabs(c[m * N + n] - ref) / tolerance;
-      if (!(ratio <= max_ratio)) max_ratio = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio;
+      const double ratio = std::fabs(c[m * N + n] - ref) / (5e-4 * magnitude + 1e-6);
+      if (!(ratio <= max_ratio)) {
+        max_ratio = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio;
+      }
     }
   }
   *worst = max_ratio;
 }
 
-template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake = Mistake::kNone>
+template <class T, int N, int K, Major kBMajor, bool kARegisters,
+          Mistake kMistake = Mistake::kNone, bool kTma = false>
 void check_product(uint32_t seed) {
   std::ostringstream name;
   name << dtype_name<T>() << " N=" << N << " K=" << K
        << (kBMajor == Major::kK ? " B K-major" : " B MN-major")
-       << (kARegisters ? " A in registers" : " A in shared memory");
+       << (kARegisters ? " A in registers" : " A in shared memory")
+       << (kTma ? " (TMA)" : " (cp.async)");
   SCOPED_TRACE(name.str());
   double worst = 0.0;
-  run_product<T, N, K, kBMajor, kARegisters, kMistake>(seed, &worst);
+  run_product<T, N, K, kBMajor, kARegisters, kMistake, kTma>(seed, &worst);
   if (kMistake == Mistake::kNone) {
     EXPECT_LE(worst, 1.0) << "worst error / tolerance";
   } else {
@@ -280,6 +364,15 @@ TEST_F(CudaWgmma, MisstatedLayoutsFail) {
   check_product<__nv_bfloat16, 128, 64, Major::kK, false, Mistake::kSwappedStridesB>(401);
   check_product<__nv_bfloat16, 64, 64, Major::kMN, false, Mistake::kSwappedStridesB>(402);
   check_product<__half, 256, 128, Major::kMN, false, Mistake::kSwappedStridesB>(403);
+}
+
+// The same products from tiles that TMA loaded (128-byte swizzle boxes, one per panel) at a
+// nonzero offset of a padded matrix.
+TEST_F(CudaWgmma, TmaLoadedTiles) {
+  check_product<__nv_bfloat16, 128, 128, Major::kK, false, Mistake::kNone, true>(500);
+  check_product<__nv_bfloat16, 64, 64, Major::kMN, false, Mistake::kNone, true>(501);
+  check_product<__half, 256, 64, Major::kMN, false, Mistake::kNone, true>(502);
+  check_product<__half, 256, 128, Major::kK, false, Mistake::kNone, true>(503);
 }
 
 }  // namespace
