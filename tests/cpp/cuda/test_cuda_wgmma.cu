@@ -3,7 +3,8 @@
 // K-major (stored [N][K], the shape of S = Q K^T) or MN-major (stored [K][N], the shape of
 // O = P V), A from shared memory or from registers, and compares every element with an fp64
 // host product of the same rounded inputs. The tiles are filled by sm80's cp.async tile copy,
-// so this also checks that that copy writes the layout the descriptors describe.
+// so this also checks that that copy writes the layout the descriptors describe, and by TMA
+// (128-byte swizzle boxes completing on an mbarrier).
 // Negative controls: a descriptor that misstates the layout must give wrong products.
 //
 // Runs only on a compute capability 9.0 device and only when 90a is among the build's
@@ -24,12 +25,12 @@
 
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm90/swizzle128_tile.cuh"
-#include "cuda/sm90/wgmma_descriptor.cuh"
 #include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/tensor_map.hpp"
 #include "cuda/sm90/tma_load.cuh"
 #include "cuda/sm90/wgmma.cuh"
+#include "cuda/sm90/wgmma_descriptor.cuh"
 #include "cuda/sm90/wgmma_fragments.cuh"
 
 namespace fa_cuda_test {
@@ -51,10 +52,12 @@ constexpr int kThreads = 128;
 enum class Mistake { kNone, kUnswizzledA, kSwappedStridesB };
 
 template <Major kBMajor, int N, int K>
-using TileBOf = std::conditional_t<kBMajor == Major::kK, Swizzle128Tile<N, K>, Swizzle128Tile<K, N>>;
+using TileBOf =
+    std::conditional_t<kBMajor == Major::kK, Swizzle128Tile<N, K>, Swizzle128Tile<K, N>>;
 
 // Shared memory: A, then B, then slack that a misstated B descriptor may reach (its reads
-// stay below B's start + 2 * B's bytes + 4 KB), plus the alignment of the first tile.
+// stay below B's start + 2 * B's bytes + 4 KB; the TMA kernel's mbarrier sits there too),
+// plus the alignment of the first tile.
 template <Major kBMajor, int N, int K>
 constexpr int smem_bytes() {
   return Swizzle128Tile<kM, K>::kAlignment + Swizzle128Tile<kM, K>::kBytes +
@@ -94,17 +97,16 @@ __device__ __forceinline__ void multiply_and_store(uint32_t tile_a, uint32_t til
   for (int i = 0; i < N / 2; ++i) d[i] = __int_as_float(0x7fffffff);
   wg::fence_operands(d);
   wg::fence();
-  const uint64_t a_step0 =
-      kMistake == Mistake::kUnswizzledA
-          ? encode_descriptor(tile_a, OperandA::kLeadingBytes, OperandA::kStrideBytes, Swizzle::kNone)
-          : OperandA::descriptor(tile_a);
+  const uint64_t a_step0 = kMistake == Mistake::kUnswizzledA
+                               ? encode_descriptor(tile_a, OperandA::kLeadingBytes,
+                                                   OperandA::kStrideBytes, Swizzle::kNone)
+                               : OperandA::descriptor(tile_a);
 #pragma unroll
   for (int s = 0; s < K / 16; ++s) {
-    const uint64_t desc_b =
-        kMistake == Mistake::kSwappedStridesB
-            ? encode_descriptor(tile_b + OperandB::k_step_bytes(s), OperandB::kStrideBytes,
-                                OperandB::kLeadingBytes)
-            : OperandB::descriptor(tile_b, s);
+    const uint64_t desc_b = kMistake == Mistake::kSwappedStridesB
+                                ? encode_descriptor(tile_b + OperandB::k_step_bytes(s),
+                                                    OperandB::kStrideBytes, OperandB::kLeadingBytes)
+                                : OperandB::descriptor(tile_b, s);
     if constexpr (kARegisters) {
       wg::mma_rs<N, T, kTransB>(d, a_regs[s], desc_b, s > 0);
     } else {
@@ -184,14 +186,18 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T>
 float round_to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(__float2bfloat16(x));
-  else return __half2float(__float2half(x));
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(__float2bfloat16(x));
+  else
+    return __half2float(__float2half(x));
 }
 
 template <class T>
 T to_element(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(x);
-  else return __float2half(x);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16(x);
+  else
+    return __float2half(x);
 }
 
 template <class T>
@@ -199,9 +205,9 @@ const char* dtype_name() {
   return std::is_same_v<T, __nv_bfloat16> ? "bf16" : "fp16";
 }
 
-#define FA_CUDA_OK(call)                                                          \
-  do {                                                                            \
-    const cudaError_t status_ = (call);                                           \
+#define FA_CUDA_OK(call)                                                             \
+  do {                                                                               \
+    const cudaError_t status_ = (call);                                              \
     ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_); \
   } while (0)
 
@@ -212,7 +218,8 @@ std::vector<T> padded_for_tma(const std::vector<T>& tile, int rows, int cols) {
   const int pitch = cols + kTmaOffset;
   std::vector<T> out(static_cast<size_t>(rows + kTmaOffset) * pitch, to_element<T>(1000.f));
   for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) out[(r + kTmaOffset) * pitch + kTmaOffset + c] = tile[r * cols + c];
+    for (int c = 0; c < cols; ++c)
+      out[(r + kTmaOffset) * pitch + kTmaOffset + c] = tile[r * cols + c];
   }
   return out;
 }
@@ -293,8 +300,8 @@ void run_product(uint32_t seed, double* worst) {
   *worst = max_ratio;
 }
 
-template <class T, int N, int K, Major kBMajor, bool kARegisters,
-          Mistake kMistake = Mistake::kNone, bool kTma = false>
+template <class T, int N, int K, Major kBMajor, bool kARegisters, Mistake kMistake = Mistake::kNone,
+          bool kTma = false>
 void check_product(uint32_t seed) {
   std::ostringstream name;
   name << dtype_name<T>() << " N=" << N << " K=" << K
@@ -332,8 +339,8 @@ class CudaWgmma : public ::testing::Test {
     cudaDeviceProp prop{};
     ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
     if (prop.major != 9 || prop.minor != 0) {
-      GTEST_SKIP() << "wgmma (sm_90a) needs a compute capability 9.0 device, this is "
-                   << prop.major << "." << prop.minor;
+      GTEST_SKIP() << "wgmma (sm_90a) needs a compute capability 9.0 device, this is " << prop.major
+                   << "." << prop.minor;
     }
   }
 };
