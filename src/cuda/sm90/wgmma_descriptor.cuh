@@ -62,7 +62,8 @@ struct WgmmaOperand {
     return encode_descriptor(tile_addr + k_step_bytes(step), kLeadingBytes, kStrideBytes);
   }
 
-  // Descriptor of k-step `step` from the descriptor of step 0, without re-encoding.
+  // Descriptor of k-step `step` from the descriptor of step 0, without re-encoding (the
+  // start field cannot carry into LBO: shared addresses stay below 2^18 bytes).
   static constexpr FA_HOST_DEVICE uint64_t advance(uint64_t step0_descriptor, int step) {
     return step0_descriptor + (k_step_bytes(step) >> 4);
   }
