@@ -7,11 +7,11 @@
 // Paged addressing. page_size is a multiple of 16, and every 16-key group starts at a multiple
 // of 16, so a group never crosses a page: one entry per group, {page, in-page row of the
 // group's first key}, locates all its rows. The entries of a key block live in a two-slot ring
-// in shared memory (slot = block % 2). The page index travels from block_table to shared
-// memory by cp.async in the commit group of an earlier K/V load, so no thread waits on it and
-// no page index stays in a register across the mainloop; the copies compute each row's
-// address from its group's entry, which keeps the kernel's register use where the contiguous
-// one is (a per-row offset table would cost 8 bytes per row and per operand).
+// in shared memory (slot = block % 2), 64 bytes for 64-key blocks. The page index travels
+// from block_table to shared memory by cp.async in the commit group of an earlier K/V load,
+// so no thread waits on it and no page index stays in a register across the mainloop; each
+// copy pass computes its row address from its group's entry (one shared load and a wide
+// multiply-add), so nothing per row is kept between blocks either.
 #pragma once
 
 #include <cstdint>
