@@ -2,9 +2,10 @@
 """Writes the kernel instantiation files of src/cuda/instantiations/.
 
 One file per (direction, kernel family, head dim, element type, dropout) so that the build
-compiles them in parallel and each stays small; plus fwd_list.inc, bwd_list.inc and kv_list.inc,
-the X-macro lists the dispatch reads, so the two never disagree. Dropout is a compile-time variant
-(its own kernel), so the kernels without it carry no dropout code. Run it after changing the lists
+compiles them in parallel and each stays small; plus fwd_list.inc, fwd_paged_list.inc,
+bwd_list.inc and kv_list.inc, the X-macro lists the dispatch reads, so the two never disagree.
+Dropout is a compile-time variant (its own kernel), so the kernels without it carry no dropout
+code. Run it after changing the lists
 below and commit its output:
 
     python3 scripts/codegen.py          # rewrite the files
@@ -76,6 +77,12 @@ def forward_instantiation(ctype, head_dim, dropout):
             f"const core::AttentionParams&, cudaStream_t);\n{smem}")
 
 
+def forward_paged_instantiation(ctype, head_dim, _):
+    return (f"template Status run_forward_paged<{ctype}, {head_dim}>("
+            f"const core::KVCacheParams&, cudaStream_t);\n"
+            f"template int forward_paged_smem_bytes<{ctype}, {head_dim}>();\n")
+
+
 def backward_instantiation(ctype, head_dim, dropout):
     smem = "" if dropout else f"template int backward_smem_bytes<{ctype}, {head_dim}>();\n"
     return (f"template Status run_backward<{ctype}, {head_dim}, {cpp_bool(dropout)}>("
@@ -88,9 +95,16 @@ def kvcache_instantiation(ctype, head_dim, _):
             f"template int kvcache_smem_bytes<{ctype}, {head_dim}>(bool);\n")
 
 
+# forward_tuning.hpp's kFwdHeadDims.
+FORWARD_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
+
 DIRECTIONS = [
     Direction("fwd", "FA_FWD_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
-              [32, 64, 96, 128, 192, 256], True, forward_instantiation),
+              FORWARD_HEAD_DIMS, True, forward_instantiation),
+    # The forward reading K/V through a paged KV cache's block_table (prefill against the
+    # cache); the API refuses dropout with a KV cache.
+    Direction("fwd_paged", "FA_FWD_PAGED_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
+              FORWARD_HEAD_DIMS, False, forward_paged_instantiation),
     # The backward keeps dK/dV in registers, which bounds its head dim (backward_tuning.hpp).
     Direction("bwd", "FA_BWD_KERNEL", {"sm80": "cuda/sm80/bwd_launch.cuh"},
               [32, 64, 96, 128, 256], True, backward_instantiation),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "cuda/backend.hpp"
@@ -15,6 +16,7 @@
 #include "cuda/kvcache_prep.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/operand_traits.hpp"
+#include "cuda/sm80/fwd_launch.hpp"
 #include "cuda/sm80/kv_launch.hpp"
 
 namespace flashattn::cuda {
@@ -31,8 +33,9 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 struct KvPlan {
   int head_dim = 0;  // compiled head dim
   bool decode = false;
-  // A contiguous cache read from row b with no leftpad is, for many packed rows, exactly the
-  // forward's problem with seqused_k = cache_seqlens + appended: the forward kernel runs it.
+  // A cache read from row b (contiguous) or through block_table (paged) with no leftpad is,
+  // for many packed rows, exactly the forward's problem with seqused_k = cache_seqlens +
+  // appended: the forward kernel runs it (paged: its PagedKeys instantiation).
   bool forward_kernel = false;
   bool stage_q = false;  // q goes through an aligned (rotated) copy in the workspace
   bool dependent_combine = false;  // sm_90+: the combine overlaps the kernel (kvcache_prep)
@@ -55,6 +58,28 @@ int kernel_smem_bytes(core::ElementType dtype, int head_dim, bool decode) {
 #include "cuda/instantiations/kv_list.inc"
 #undef FA_KV_KERNEL
   return 0;
+}
+
+int paged_forward_smem_bytes(core::ElementType dtype, int head_dim) {
+#define FA_FWD_PAGED_KERNEL(family, type, hdim)                            \
+  if (dtype == element_type_of<type>() && head_dim == hdim) {              \
+    return family::forward_paged_smem_bytes<type, hdim>();                 \
+  }
+#include "cuda/instantiations/fwd_paged_list.inc"
+#undef FA_FWD_PAGED_KERNEL
+  return 0;
+}
+
+Status run_paged_forward(const core::KVCacheParams& p, cudaStream_t stream) {
+#define FA_FWD_PAGED_KERNEL(family, type, hdim)                            \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {          \
+    return family::run_forward_paged<type, hdim>(p, stream);               \
+  }
+#include "cuda/instantiations/fwd_paged_list.inc"
+#undef FA_FWD_PAGED_KERNEL
+  return Status(StatusCode::kInternal,
+                "CUDA KV cache: no paged forward kernel for head dim " +
+                    std::to_string(p.head_dim));
 }
 
 Status run_kernel(const core::KVCacheParams& p, int head_dim, const sm80::KvLaunch& launch,
@@ -82,6 +107,36 @@ core::Operand staged_q(const core::KVCacheParams& p, void* workspace) {
 bool cache_aligned(const core::Operand& cache) {
   return reinterpret_cast<uintptr_t>(cache.ptr) % 16 == 0 && cache.row_stride % 8 == 0 &&
          cache.head_stride % 8 == 0 && cache.batch_stride % 8 == 0;
+}
+
+// The paged forward kernel addresses a row with 32-bit strides (fwd_keys.cuh): the page
+// stride and a page's span of rows must fit an int.
+bool paged_strides_fit(const core::KVCacheParams& p) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  const auto fits = [&](const core::Operand& cache) {
+    return cache.batch_stride <= kMax && cache.row_stride * p.page_size <= kMax;
+  };
+  return fits(p.k) && fits(p.v);
+}
+
+// Whether the forward kernel can run the attention of this call (choose_plan asks only for
+// packed rows past the decode tile): the keys of entry b from cache position 0 of row b or
+// of its pages (no cache_batch_idx, no leftpad), out written in place, a compiled head dim,
+// and the kernel fits the device.
+bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q) {
+  if (p.cache_batch_idx != nullptr || p.cache_leftpad != nullptr ||
+      !aligned_for_kernels(p.out, false)) {
+    return false;
+  }
+  if (p.is_paged() && !paged_strides_fit(p)) return false;
+  FwdPlan forward_plan;
+  core::AttentionParams as_forward = p;
+  if (stage_q) as_forward.q = staged_q(p, nullptr);
+  if (!choose_kernel(as_forward, device, &forward_plan).ok() || forward_plan.padded) return false;
+  if (!p.is_paged()) return true;
+  return check_kernel_fits("CUDA KV cache", device, forward_plan.head_dim,
+                           paged_forward_smem_bytes(p.dtype, forward_plan.head_dim))
+      .ok();
 }
 
 // num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
@@ -151,14 +206,7 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
   const uint64_t element = 2;
   plan->stage_q = p.rotary_cos != nullptr || !aligned_for_kernels(p.q, false);
   if (plan->stage_q) plan->q_bytes = aligned(rows * p.head_dim * element);
-  if (!plan->decode && !p.is_paged() && p.cache_batch_idx == nullptr &&
-      p.cache_leftpad == nullptr && aligned_for_kernels(p.out, false)) {
-    FwdPlan forward_plan;
-    core::AttentionParams as_forward = p;
-    if (plan->stage_q) as_forward.q = staged_q(p, nullptr);
-    const bool runs = choose_kernel(as_forward, device, &forward_plan).ok();
-    plan->forward_kernel = runs && !forward_plan.padded;
-  }
+  plan->forward_kernel = !plan->decode && forward_kernel_runs(p, device, plan->stage_q);
   if (plan->forward_kernel) {
     plan->used_keys_bytes = aligned(static_cast<uint64_t>(p.batch) * sizeof(int32_t));
     return Status::Ok();
@@ -225,8 +273,9 @@ Status forward_kvcache(const core::KVCacheParams& params, void* stream_ptr) {
     int32_t* used_keys = reinterpret_cast<int32_t*>(workspace + plan.q_bytes);
     const Status counted = launch_used_keys(p, used_keys, stream);
     if (!counted.ok()) return counted;
-    core::AttentionParams as_forward = p;
+    core::KVCacheParams as_forward = p;
     as_forward.seqused_k = used_keys;
+    if (p.is_paged()) return run_paged_forward(as_forward, stream);
     return forward(as_forward, nullptr, stream);
   }
   sm80::KvLaunch launch;

@@ -18,6 +18,11 @@
 // P V runs (two barriers per block); with n >= 2 stages, K and V of the block n - 1 ahead are
 // prefetched into a ring of buffers (one barrier per block).
 //
+// Keys: the compile-time key source (fwd_keys.cuh). PagedKeys reads K and V through a paged
+// cache's block_table; the page entries of key block n are fetched with the loads of an
+// earlier block (one stage: with V[n + 1]; two stages: with block n + 1, one iteration
+// before n is loaded), so the ring of two entry slots is always filled in time.
+//
 // Epilogue: O is normalized once, staged through shared memory and written with 16-byte
 // stores; lse goes to its own fp32 array when requested.
 #pragma once
@@ -33,6 +38,7 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
+#include "cuda/sm80/fwd_keys.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/score_transform.cuh"
@@ -62,13 +68,15 @@ struct FwdShape {
   static_assert(kSmemBytes == fwd_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
 
-template <class T, int D, class TileT, bool kDropout>
+template <class T, int D, class TileT, bool kDropout, class Keys>
 __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, TileT>::kMinBlocks)
-    fwd_kernel(const __grid_constant__ core::AttentionParams p, const FwdScores sc) {
+    fwd_kernel(const __grid_constant__ core::AttentionParams p, const FwdScores sc,
+               const Keys keys) {
   using S = FwdShape<D, TileT>;
   using QTile = typename S::QTile;
   using KVTile = typename S::KVTile;
   constexpr int kMT = S::kMT, kNT = S::kNT, kDT = S::kDT, kBlockN = S::kBlockN;
+  static_assert(!Keys::kPaged || S::kStages <= 2, "the page entry ring has two slots");
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x;
@@ -98,8 +106,15 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
            head * op.head_stride;
   };
   const T* q = base(p.q, h, q_start) + m0 * p.q.row_stride;
-  const T* k = base(p.k, hk, k_start);
-  const T* v = base(p.v, hk, k_start);
+  const T* k;
+  const T* v;
+  if constexpr (Keys::kPaged) {
+    k = static_cast<const T*>(p.k.ptr) + hk * p.k.head_stride;
+    v = static_cast<const T*>(p.v.ptr) + hk * p.v.head_stride;
+  } else {
+    k = base(p.k, hk, k_start);
+    v = base(p.v, hk, k_start);
+  }
 
   const FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   const KeyBlocks kb = mask.blocks(m0, rows, kBlockN);
@@ -110,13 +125,34 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
   const uint32_t kv_smem = q_smem + QTile::kBytes;
   auto k_buffer = [&](int i) { return kv_smem + i * KVTile::kBytes; };
   auto v_buffer = [&](int i) { return kv_smem + (S::kKVBuffers + i) * KVTile::kBytes; };
+  const uint32_t page_table = q_smem + S::kSmemBytes;
   auto load_k = [&](int n, int buffer) {
-    block::copy_tile_async<kBlockN, D, S::kThreads>(k_buffer(buffer), k + n * kBlockN * p.k.row_stride,
-                                                    p.k.row_stride, seqlen_k - n * kBlockN, tid);
+    if constexpr (Keys::kPaged) {
+      block::copy_paged_tile_async<kBlockN, D, S::kThreads>(
+          k_buffer(buffer), k, static_cast<int>(p.k.batch_stride),
+          static_cast<int>(p.k.row_stride), page_table, n, seqlen_k - n * kBlockN, tid);
+    } else {
+      block::copy_tile_async<kBlockN, D, S::kThreads>(k_buffer(buffer), k + n * kBlockN * p.k.row_stride,
+                                                      p.k.row_stride, seqlen_k - n * kBlockN, tid);
+    }
   };
   auto load_v = [&](int n, int buffer) {
-    block::copy_tile_async<kBlockN, D, S::kThreads>(v_buffer(buffer), v + n * kBlockN * p.v.row_stride,
-                                                    p.v.row_stride, seqlen_k - n * kBlockN, tid);
+    if constexpr (Keys::kPaged) {
+      block::copy_paged_tile_async<kBlockN, D, S::kThreads>(
+          v_buffer(buffer), v, static_cast<int>(p.v.batch_stride),
+          static_cast<int>(p.v.row_stride), page_table, n, seqlen_k - n * kBlockN, tid);
+    } else {
+      block::copy_tile_async<kBlockN, D, S::kThreads>(v_buffer(buffer), v + n * kBlockN * p.v.row_stride,
+                                                      p.v.row_stride, seqlen_k - n * kBlockN, tid);
+    }
+  };
+  // The page entries of key block n (a paged cache only), by cp.async in the next commit group.
+  auto fetch_pages = [&](int n) {
+    if constexpr (Keys::kPaged) {
+      if (n >= kb.begin) {
+        keys.template fetch_block<kBlockN>(page_table, blockIdx.z, n, seqlen_k, tid, true);
+      }
+    }
   };
 
   const int warp_row0 = warp * S::kWarpRows;
@@ -168,6 +204,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
       prim::thread::cp_async_wait<0>();
       __syncthreads();  // K[n] landed; every warp is done with the previous V
       load_v(n, 0);
+      fetch_pages(n - 1);
       prim::thread::cp_async_commit();
       if (active) scores(masked, s, n, k_buffer(0));
       prim::thread::cp_async_wait<0>();
@@ -192,6 +229,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
         load_k(ahead, refill);
         load_v(ahead, refill);
       }
+      fetch_pages(n - S::kStages);
       prim::thread::cp_async_commit();
       if (active) {
         scores(masked, s, n, k_buffer(buffer));
@@ -204,8 +242,18 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
     }
   };
 
-  // Prologue: Q and the first key block(s), one commit group per key block.
+  // Prologue: Q and the first key block(s), one commit group per key block. A paged cache
+  // first needs the page entries of the blocks the prologue and the first step load.
   block::copy_tile_async<S::kBlockM, D, S::kThreads>(q_smem, q, p.q.row_stride, rows, tid);
+  if constexpr (Keys::kPaged) {
+    constexpr int kGroups = kBlockN / PagedKeys::kGroupRows;
+    static_assert(S::kStages * kGroups <= S::kThreads, "one thread per page entry");
+    const int first = kb.end - 1 - tid / kGroups;  // block of this thread's entry
+    if (tid < S::kStages * kGroups && first >= kb.begin) {
+      keys.template fetch<kBlockN>(page_table, b, first, tid % kGroups, seqlen_k, false);
+    }
+    __syncthreads();  // the entries are visible to every copying thread
+  }
   if constexpr (S::kStages == 1) {
     if (kb.end > kb.begin) load_k(kb.end - 1, 0);
     prim::thread::cp_async_commit();

@@ -21,4 +21,13 @@ Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
 template <class T, int D>
 int forward_smem_bytes();
 
+// The same kernel (without dropout) reading K and V through the block_table of a paged KV
+// cache: `params` after the append, seqused_k set to the keys of each entry, no
+// cache_batch_idx or cache_leftpad. Its shared memory per block.
+template <class T, int D>
+Status run_forward_paged(const core::KVCacheParams& params, cudaStream_t stream);
+
+template <class T, int D>
+int forward_paged_smem_bytes();
+
 }  // namespace flashattn::cuda::sm80

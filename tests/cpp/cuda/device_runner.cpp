@@ -283,4 +283,11 @@ flashattn::Status cuda_workspace_size(const flashattn::ForwardArgs& host_args, s
   });
 }
 
+flashattn::Status cuda_workspace_size(const flashattn::KVCacheArgs& host_args, size_t* bytes) {
+  return run_on_device(host_args, [bytes](const flashattn::KVCacheArgs& args,
+                                          const flashattn::Launch& launch) {
+    return flashattn::workspace_size(args, launch.backend, bytes);
+  });
+}
+
 }  // namespace fa_cuda_test

@@ -30,5 +30,6 @@ fa_test::Runner cuda_support_runner();
 
 // flashattn::workspace_size(args, Backend::kCuda, bytes) over device copies of the arguments.
 flashattn::Status cuda_workspace_size(const flashattn::ForwardArgs& host_args, size_t* bytes);
+flashattn::Status cuda_workspace_size(const flashattn::KVCacheArgs& host_args, size_t* bytes);
 
 }  // namespace fa_cuda_test

@@ -128,6 +128,40 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
   expect_passes_on_cuda(prefill);
 }
 
+// Packed rows past the decode tile against a paged cache without leftpad: the forward kernel
+// reads K/V through block_table. Pages smaller than its 64-key block (16), larger (256) and
+// neither a divisor nor a multiple of it (48); one and two pipeline stages (d = 128, 64),
+// 32-column panels (96), 64-row query blocks (256); GQA; key counts that are not block
+// multiples. The workspace shows the route: only the int32 key counts, where the KV kernel's
+// two splits would need fp32 partial outputs.
+TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
+  for (int d : {64, 96, 128, 256}) {
+    for (int page_size : {16, 48, 256}) {
+      for (bool causal : {false, true}) {
+        KVCacheProblem p = problem(d);
+        p.nheads = 8;
+        p.nheads_k = 2;
+        p.page_size = page_size;
+        p.seqlen_cache = 700;
+        p.cache_seqlens = {300, 77, 555};
+        p.seqlen_q = p.seqlen_new = causal ? 21 : 40;
+        p.causal = causal;
+        p.num_splits = 2;
+        SCOPED_TRACE(p.describe());
+        const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+        fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
+        size_t workspace = 0;
+        const flashattn::Status sized =
+            cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &workspace);
+        ASSERT_TRUE(sized.ok()) << sized.message();
+        const size_t partial_out = size_t(2) * p.batch * p.nheads * p.seqlen_q * d * 4;
+        EXPECT_LT(workspace, partial_out) << "the paged prefill did not take the forward kernel";
+        expect_passes_on_cuda(p);
+      }
+    }
+  }
+}
+
 TEST_P(CudaKVCache, RotaryBothPairings) {
   for (bool interleaved : {false, true}) {
     for (bool causal : {false, true}) {
@@ -311,7 +345,20 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   ring.num_splits = 1;
   KVCacheProblem ring_prefill = ring;
   ring_prefill.seqlen_q = 40;
-  for (const KVCacheProblem& p : {decode, paged, prefill, ring, ring_prefill}) {
+  // The forward kernel through block_table (no leftpad): one stage at d = 128 with pages
+  // smaller than a key block, two stages at d = 64 with pages that straddle blocks; enough
+  // key blocks that the page entry ring turns over.
+  KVCacheProblem paged_prefill = ring;
+  paged_prefill.cache_leftpad = {};
+  paged_prefill.seqlen_q = 40;
+  paged_prefill.seqlen_new = 40;
+  paged_prefill.causal = true;
+  KVCacheProblem paged_prefill_two_stages = paged_prefill;
+  paged_prefill_two_stages.head_dim = 64;
+  paged_prefill_two_stages.page_size = 48;
+  paged_prefill_two_stages.causal = false;
+  for (const KVCacheProblem& p : {decode, paged, prefill, ring, ring_prefill, paged_prefill,
+                                  paged_prefill_two_stages}) {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
 }
