@@ -13,6 +13,7 @@
 #include "cuda/check.hpp"
 #include "cuda/device_limits.hpp"
 #include "cuda/forward_plan.hpp"
+#include "cuda/forward_tuning.hpp"
 #include "cuda/kvcache_prep.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/operand_traits.hpp"
@@ -133,6 +134,11 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q)
   core::AttentionParams as_forward = p;
   if (stage_q) as_forward.q = staged_q(p, nullptr);
   if (!choose_kernel(as_forward, device, &forward_plan).ok() || forward_plan.padded) return false;
+  // The forward kernel's block is block_m queries of one head; the KV kernel's packs the query
+  // heads of a KV head. Below a full block of queries (speculative decoding, chunked prefill's
+  // tail) the forward would read K/V once per query head for a block it barely fills, the KV
+  // kernel once per KV head.
+  if (p.seqlen_q < fwd_sm80_tile(forward_plan.head_dim).block_m) return false;
   if (!p.is_paged()) return true;
   return check_kernel_fits("CUDA KV cache", device, forward_plan.head_dim,
                            paged_forward_smem_bytes(p.dtype, forward_plan.head_dim))

@@ -83,8 +83,9 @@ TEST_P(CudaKVCache, AppendWithCausalAndWindow) {
   expect_passes_on_cuda(p);
 }
 
-// Packed rows past the decode tile: a contiguous cache without leftpad runs the forward
-// kernel (seqused_k), a leftpad the KV-cache kernel's prefill tile; several query blocks.
+// Packed rows past the decode tile: with a full forward block of queries, a contiguous cache
+// without leftpad runs the forward kernel (seqused_k), a leftpad the KV-cache kernel's prefill
+// tile; several query blocks. Fewer queries (the windowed case) run the prefill tile.
 TEST_P(CudaKVCache, PrefillWithCache) {
   for (int d : {64, 128, 256}) {
     for (bool leftpad : {false, true}) {
@@ -128,7 +129,7 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
   expect_passes_on_cuda(prefill);
 }
 
-// Packed rows past the decode tile against a paged cache without leftpad: the forward kernel
+// A full forward block of queries against a paged cache without leftpad: the forward kernel
 // reads K/V through block_table. Pages smaller than its 64-key block (16), larger (256) and
 // neither a divisor nor a multiple of it (48); one and two pipeline stages (d = 128, 64),
 // 32-column panels (96), 64-row query blocks (256); GQA; key counts that are not block
@@ -142,9 +143,9 @@ TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
         p.nheads = 8;
         p.nheads_k = 2;
         p.page_size = page_size;
-        p.seqlen_cache = 700;
+        p.seqlen_cache = 800;
         p.cache_seqlens = {300, 77, 555};
-        p.seqlen_q = p.seqlen_new = causal ? 21 : 40;
+        p.seqlen_q = p.seqlen_new = causal ? 129 : 200;  // the forward route needs a full block
         p.causal = causal;
         p.num_splits = 2;
         SCOPED_TRACE(p.describe());
@@ -350,8 +351,9 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   // key blocks that the page entry ring turns over.
   KVCacheProblem paged_prefill = ring;
   paged_prefill.cache_leftpad = {};
-  paged_prefill.seqlen_q = 40;
-  paged_prefill.seqlen_new = 40;
+  paged_prefill.seqlen_cache = 640;
+  paged_prefill.seqlen_q = 130;
+  paged_prefill.seqlen_new = 130;
   paged_prefill.causal = true;
   KVCacheProblem paged_prefill_two_stages = paged_prefill;
   paged_prefill_two_stages.head_dim = 64;
