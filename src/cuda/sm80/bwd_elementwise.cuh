@@ -6,7 +6,7 @@
 #pragma once
 
 #include "cuda/prim/math.cuh"
-#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/score_transform.cuh"
 
 namespace flashattn::cuda::sm80::thread {
 

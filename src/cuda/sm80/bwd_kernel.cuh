@@ -49,8 +49,8 @@
 #include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/dropout.cuh"
-#include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm80/tile_copy.cuh"
 
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     int seen = -1;
     if (p.deterministic) {
       turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
-      if (tid == 0) seen = load_acquire(turn_counter);  // in flight during the dQ product
+      if (tid == 0) seen = load_acquire(turn_counter);  // issued before the dQ product
     }
     float dq[kDqMT][kDqNT][4];
     zero(dq);

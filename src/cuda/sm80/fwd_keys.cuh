@@ -1,6 +1,5 @@
 // Where fwd_kernel reads its K and V rows: the compile-time key source of the kernel.
-//   ContiguousKeys: key j of a sequence is row j of its K/V operands (the plain forward; this
-//     path is the kernel's original code, untouched).
+//   ContiguousKeys: key j of a sequence is row j of its K/V operands (the plain forward).
 //   PagedKeys: key j of batch entry b is row j % page_size of page block_table[b][j / page_size]
 //     (a paged KV cache after the append; the operands' batch_stride is the page stride).
 //

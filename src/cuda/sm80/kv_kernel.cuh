@@ -13,7 +13,7 @@
 // block by one thread and shared through shared memory (row offsets below). Per block:
 // S = Q K^T, then score_transform.cuh (softcap, ALiBi per row: rows are different heads, the
 // visibility mask on blocks that need it), online softmax, O += P V (fwd_gemm.cuh).
-// With split-KV the blocks allow the combine kernel's launch at their start (sm_90).
+// On sm_90 every block allows the dependent launch (the split-KV combine) at its start.
 //
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
 // (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes

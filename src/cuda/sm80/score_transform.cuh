@@ -19,8 +19,9 @@ struct FwdScores {
 };
 
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
-// row_query(m, half) is that row's query index (rows past the end may return any valid query)
-// and row_slope(m, half) its ALiBi slope in raw units; both are read only when needed.
+// row_query(m, half) is that row's query index (a row past the last query may return an index
+// past it: its results are discarded) and row_slope(m, half) its ALiBi slope in raw units;
+// both are read only when needed.
 // `Masked` is std::true_type on blocks the mask runs through, std::false_type elsewhere.
 template <class Masked, int MT, int NT, class RowQuery, class RowSlope>
 __device__ __forceinline__ void transform_scores(Masked, float (&s)[MT][NT][4],
