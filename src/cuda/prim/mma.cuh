@@ -43,3 +43,20 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const
 }
 
 }  // namespace flashattn::cuda::prim::warp
+
+namespace flashattn::cuda::prim::thread {
+
+// Clears this thread's share of an MT x NT grid of 16x8 accumulator tiles.
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::prim::thread

@@ -46,6 +46,7 @@
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/prim/mma.cuh"
 #include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/dropout.cuh"
@@ -108,18 +109,6 @@ __device__ __forceinline__ int fresh_lane_id() {
   int lane;
   asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
   return lane;
-}
-
-template <int MT, int NT>
-__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
-    }
-  }
 }
 
 // Stores a warp's accumulator share (rows row0.., 8-column tiles from chunk chunk0) to a
@@ -243,8 +232,8 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
 
   float dk[kKvMT][kKvNT][4], dv[kKvMT][kKvNT][4];
-  zero(dk);
-  zero(dv);
+  prim::thread::zero(dk);
+  prim::thread::zero(dv);
   int32_t* unreleased = nullptr;  // deterministic: the dQ turn this block has yet to pass on
 
   // One query block m of query head h, its Q and dO in `buffer`.
@@ -275,8 +264,8 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
 
     {
       float s[kSdpMT][kSdpNT][4], dp[kSdpMT][kSdpNT][4];
-      zero(s);
-      zero(dp);
+      prim::thread::zero(s);
+      prim::thread::zero(dp);
       warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(s, k_warp, kv_a_lanes, q_buf + q_rows,
                                                          q_b_lanes);
       warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(dp, v_warp, kv_a_lanes,
@@ -335,7 +324,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
       if (tid == 0) seen = load_acquire(turn_counter);  // issued before the dQ product
     }
     float dq[kDqMT][kDqNT][4];
-    zero(dq);
+    prim::thread::zero(dq);
     warp::mma_smem<T, kDqMT, kDqNT, kBlockN, true, true>(dq, ds_smem, ds_dq_lanes, k_smem,
                                                          k_dq_lanes);
     if (p.deterministic) {

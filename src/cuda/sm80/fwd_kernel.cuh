@@ -36,6 +36,7 @@
 #include "cuda/forward_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/prim/mma.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_keys.cuh"
@@ -160,27 +161,13 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
   const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
   const int thread_row0 = m0 + warp_row0 + lane / 4;  // + 16 m + 8 half
   float o[kMT][kDT][4];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-    for (int d = 0; d < kDT; ++d) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
-    }
-  }
+  prim::thread::zero(o);
   RowSoftmax<kMT> softmax;
   softmax.init();
 
   // Scores of key block n: S = Q K^T, then softcap, ALiBi and (masked blocks) the mask.
   auto scores = [&](auto masked, auto& s, int n, uint32_t k_smem) {
-#pragma unroll
-    for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[m][j][e] = 0.f;
-      }
-    }
+    prim::thread::zero(s);
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem, k_smem, lanes);
     transform_scores(
         masked, s, sc, alibi_raw != 0.f, mask, n * kBlockN + 2 * (lane % 4),

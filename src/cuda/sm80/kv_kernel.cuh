@@ -30,6 +30,7 @@
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/prim/mma.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
@@ -168,27 +169,13 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   };
 
   float o[kMT][kDT][4];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-    for (int d = 0; d < kDT; ++d) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
-    }
-  }
+  prim::thread::zero(o);
   RowSoftmax<kMT> softmax;
   softmax.init();
 
   auto step = [&](auto masked, int n, int buffer) {
     float s[kMT][kNT][4];
-#pragma unroll
-    for (int m = 0; m < kMT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[m][j][e] = 0.f;
-      }
-    }
+    prim::thread::zero(s);
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
                                                    k_buffer(buffer) + kv_warp_offset, lanes);
     transform_scores(
