@@ -17,6 +17,7 @@
 
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/tile_copy.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -98,16 +99,15 @@ __device__ __forceinline__ void copy_paged_tile_async(uint32_t smem_base, const 
                                                       int page_stride, int row_stride,
                                                       uint32_t table, int n,
                                                       int rows_valid, int tid) {
-  using Tile = SmemTile<Rows, D>;
-  constexpr int kPanel = Tile::kPanel;
-  constexpr int kChunks = Tile::kChunksPerPanelRow;
-  constexpr int kRowsPerPass = Threads / kChunks;
+  using Walk = TileCopyWalk<Rows, D, Threads>;
+  constexpr int kPanel = Walk::kPanel;
+  constexpr int kRowsPerPass = Walk::kRowsPerPass;
   constexpr int kGroupRows = PagedKeys::kGroupRows;
-  static_assert(Threads % kChunks == 0 && Rows % kRowsPerPass == 0, "uneven tile copy");
   static_assert(kRowsPerPass % kGroupRows == 0, "a pass must cover whole 16-row groups");
-  const int row = tid / kChunks;
-  const int chunk = tid % kChunks;
-  const uint32_t dst = smem_base + 2 * Tile::chunk_offset(row, chunk);
+  const Walk walk(tid);
+  const int row = walk.row;
+  const int chunk = walk.chunk;
+  const uint32_t dst = smem_base + walk.dst_bytes;
   // Every pass keeps the thread's row within its group (kRowsPerPass % 16 == 0).
   const T* const thread_gmem = gmem + (row % kGroupRows) * row_stride + chunk * 8;
 #pragma unroll
@@ -122,8 +122,7 @@ __device__ __forceinline__ void copy_paged_tile_async(uint32_t smem_base, const 
     }
 #pragma unroll
     for (int panel = 0; panel < D / kPanel; ++panel) {
-      prim::thread::cp_async_16(dst + 2 * (panel * Rows * kPanel + i * kRowsPerPass * kPanel),
-                                src + panel * kPanel, valid);
+      prim::thread::cp_async_16(dst + Walk::step_bytes(panel, i), src + panel * kPanel, valid);
     }
   }
 }

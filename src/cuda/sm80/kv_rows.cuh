@@ -15,6 +15,7 @@
 #include "core/params.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/tile_copy.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -82,15 +83,14 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
                                                 const T* const (&base)[Sources],
                                                 RowOffsets offsets, int rows_valid,
                                                 int chunks_valid, int tid) {
-  using Tile = SmemTile<Rows, D>;
-  constexpr int kPanel = Tile::kPanel;
-  constexpr int kChunks = Tile::kChunksPerPanelRow;
-  constexpr int kRowsPerPass = Threads / kChunks;
-  static_assert(Threads % kChunks == 0 && Rows % kRowsPerPass == 0, "uneven tile copy");
-  static_assert(kRowsPerPass % 16 == 0, "a pass must keep each thread's swizzle phase");
-  const int row = tid / kChunks;
-  const int chunk = tid % kChunks;
-  const uint32_t dst = 2 * Tile::chunk_offset(row, chunk);
+  using Walk = TileCopyWalk<Rows, D, Threads>;
+  constexpr int kPanel = Walk::kPanel;
+  constexpr int kChunks = Walk::kChunks;
+  constexpr int kRowsPerPass = Walk::kRowsPerPass;
+  const Walk walk(tid);
+  const int row = walk.row;
+  const int chunk = walk.chunk;
+  const uint32_t dst = walk.dst_bytes;
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const int r = row + i * kRowsPerPass;
@@ -103,9 +103,7 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
 #pragma unroll
       for (int s = 0; s < Sources; ++s) {
         const T* from = valid ? base[s] + offset[s] + panel * kPanel + chunk * 8 : base[s];
-        prim::thread::cp_async_16(
-            smem_base[s] + dst + 2 * (panel * Rows * kPanel + i * kRowsPerPass * kPanel), from,
-            valid);
+        prim::thread::cp_async_16(smem_base[s] + dst + Walk::step_bytes(panel, i), from, valid);
       }
     }
   }
