@@ -15,13 +15,13 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "core/params.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/sm80/bwd_launch.cuh"
 #include "cuda/sm80/bwd_prepost.cuh"
+#include "dense_problem.hpp"
 #include "median_time.hpp"
 
 namespace fa_bwd_tune {
@@ -57,10 +57,7 @@ struct Variant {
   Status (*run)(const Params&, const BwdWorkspace&, cudaStream_t);
 };
 
-bool check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::printf("CUDA error (%s): %s\n", what, cudaGetErrorString(e));
-  return e == cudaSuccess;
-}
+using fa_tune_problem::check;
 
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout kill
@@ -78,20 +75,9 @@ int main() {
       continue;
     }
     const int h = hidden / d;
-    const size_t elems = static_cast<size_t>(tokens) * hidden;
-    // One random fill shared by every buffer: distinct addresses are what keeps the rotation
-    // out of the L2; the values only need to be realistic.
-    std::vector<__nv_bfloat16> host(elems);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal;
-    for (auto& x : host) x = __float2bfloat16(normal(rng));
-    std::vector<void*> buffers(kOperands * sets);
-    for (void*& b : buffers) {
-      if (!check(cudaMalloc(&b, elems * 2), "malloc") ||
-          !check(cudaMemcpy(b, host.data(), elems * 2, cudaMemcpyHostToDevice), "copy")) {
-        return 1;
-      }
-    }
+    const std::vector<void*> buffers =
+        fa_tune_problem::random_buffers(tokens, hidden, kOperands * sets);
+    if (buffers.empty()) return 1;
     float* lse = nullptr;
     if (!check(cudaMalloc(&lse, static_cast<size_t>(tokens) * h * 4), "malloc")) return 1;
     for (int seqlen : {1024, 4096, 16384}) {
@@ -100,27 +86,13 @@ int main() {
       cudaMemcpy(lse, lse_host.data(), lse_host.size() * 4, cudaMemcpyHostToDevice);
       for (bool causal : {false, true}) {
         Params p;
-        p.dtype = flashattn::core::ElementType::kBF16;
-        p.batch = tokens / seqlen;
-        p.nheads = p.nheads_k = h;
-        p.head_dim = p.head_dim_v = d;
-        p.seqlen_q = p.seqlen_k = seqlen;
-        p.total_q = tokens;
-        p.scale = 1.f / std::sqrt(static_cast<float>(d));
-        p.scale_log2 = p.scale * 1.4426950408889634f;
-        p.window_right = causal ? 0 : -1;
-        p.lse = lse;
-        p.lse_head_stride = seqlen;
-        p.lse_batch_stride = static_cast<int64_t>(h) * seqlen;
+        fa_tune_problem::set_dense(&p, tokens, hidden, d, seqlen, causal, lse);
         auto with_set = [&](int i) {
           Params q = p;
           flashattn::core::Operand* ops[kOperands] = {&q.q,    &q.k,  &q.v,  &q.out,
                                                       &q.dout, &q.dq, &q.dk, &q.dv};
           for (int j = 0; j < kOperands; ++j) {
-            ops[j]->ptr = buffers[kOperands * (i % sets) + j];
-            ops[j]->head_stride = d;
-            ops[j]->row_stride = hidden;
-            ops[j]->batch_stride = static_cast<int64_t>(hidden) * seqlen;
+            fa_tune_problem::bind(ops[j], buffers[kOperands * (i % sets) + j], hidden, d, seqlen);
           }
           return q;
         };

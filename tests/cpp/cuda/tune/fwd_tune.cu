@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "core/params.hpp"
 #include "cuda/sm80/fwd_launch.cuh"
+#include "dense_problem.hpp"
 #include "median_time.hpp"
 
 namespace fa_tune {
@@ -55,43 +55,23 @@ int main() {
               "TFLOP/s");
   for (int d : {64, 128, 256}) {
     const int h = hidden / d;
-    const size_t elems = static_cast<size_t>(tokens) * hidden;
-    std::vector<__nv_bfloat16> host(elems);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal;
-    for (auto& x : host) x = __float2bfloat16(normal(rng));
-    std::vector<void*> buffers(4 * sets);
-    for (void*& b : buffers) {
-      cudaMalloc(&b, elems * 2);
-      cudaMemcpy(b, host.data(), elems * 2, cudaMemcpyHostToDevice);
-    }
+    const std::vector<void*> buffers = fa_tune_problem::random_buffers(tokens, hidden, 4 * sets);
+    if (buffers.empty()) return 1;
     float* lse = nullptr;
-    cudaMalloc(&lse, static_cast<size_t>(tokens) * h * 4);
+    if (!fa_tune_problem::check(cudaMalloc(&lse, static_cast<size_t>(tokens) * h * 4), "malloc")) {
+      return 1;
+    }
     for (int seqlen : {512, 2048, 8192}) {
       for (bool causal : {false, true}) {
         for (const Variant& v : variants) {
           if (v.d != d) continue;
           Params p;
-          p.dtype = flashattn::core::ElementType::kBF16;
-          p.batch = tokens / seqlen;
-          p.nheads = p.nheads_k = h;
-          p.head_dim = p.head_dim_v = d;
-          p.seqlen_q = p.seqlen_k = seqlen;
-          p.total_q = tokens;
-          p.scale = 1.f / std::sqrt(static_cast<float>(d));
-          p.scale_log2 = p.scale * 1.4426950408889634f;
-          p.window_right = causal ? 0 : -1;
-          p.lse = lse;
-          p.lse_head_stride = seqlen;
-          p.lse_batch_stride = static_cast<int64_t>(h) * seqlen;
+          fa_tune_problem::set_dense(&p, tokens, hidden, d, seqlen, causal, lse);
           auto call = [&](int i) {
             Params q = p;
             flashattn::core::Operand* ops[] = {&q.q, &q.k, &q.v, &q.out};
             for (int j = 0; j < 4; ++j) {
-              ops[j]->ptr = buffers[4 * (i % sets) + j];
-              ops[j]->head_stride = d;
-              ops[j]->row_stride = hidden;
-              ops[j]->batch_stride = static_cast<int64_t>(hidden) * seqlen;
+              fa_tune_problem::bind(ops[j], buffers[4 * (i % sets) + j], hidden, d, seqlen);
             }
             return v.run(q, nullptr);
           };
