@@ -127,26 +127,19 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
   auto k_buffer = [&](int i) { return kv_smem + i * KVTile::kBytes; };
   auto v_buffer = [&](int i) { return kv_smem + (S::kKVBuffers + i) * KVTile::kBytes; };
   const uint32_t page_table = q_smem + S::kSmemBytes;
-  auto load_k = [&](int n, int buffer) {
+  // Key block n of K or V (`rows` at this KV head) into a shared buffer.
+  auto load_keys = [&](uint32_t buffer, const T* rows, const core::Operand& op, int n) {
     if constexpr (Keys::kPaged) {
       block::copy_paged_tile_async<kBlockN, D, S::kThreads>(
-          k_buffer(buffer), k, static_cast<int>(p.k.batch_stride),
-          static_cast<int>(p.k.row_stride), page_table, n, seqlen_k - n * kBlockN, tid);
+          buffer, rows, static_cast<int>(op.batch_stride), static_cast<int>(op.row_stride),
+          page_table, n, seqlen_k - n * kBlockN, tid);
     } else {
-      block::copy_tile_async<kBlockN, D, S::kThreads>(k_buffer(buffer), k + n * kBlockN * p.k.row_stride,
-                                                      p.k.row_stride, seqlen_k - n * kBlockN, tid);
+      block::copy_tile_async<kBlockN, D, S::kThreads>(buffer, rows + n * kBlockN * op.row_stride,
+                                                      op.row_stride, seqlen_k - n * kBlockN, tid);
     }
   };
-  auto load_v = [&](int n, int buffer) {
-    if constexpr (Keys::kPaged) {
-      block::copy_paged_tile_async<kBlockN, D, S::kThreads>(
-          v_buffer(buffer), v, static_cast<int>(p.v.batch_stride),
-          static_cast<int>(p.v.row_stride), page_table, n, seqlen_k - n * kBlockN, tid);
-    } else {
-      block::copy_tile_async<kBlockN, D, S::kThreads>(v_buffer(buffer), v + n * kBlockN * p.v.row_stride,
-                                                      p.v.row_stride, seqlen_k - n * kBlockN, tid);
-    }
-  };
+  auto load_k = [&](int n, int buffer) { load_keys(k_buffer(buffer), k, p.k, n); };
+  auto load_v = [&](int n, int buffer) { load_keys(v_buffer(buffer), v, p.v, n); };
   // The page entries of key block n (a paged cache only), by cp.async in the next commit group.
   auto fetch_pages = [&](int n) {
     if constexpr (Keys::kPaged) {
