@@ -35,7 +35,7 @@ struct TileCopyWalk {
         dst_bytes(2 * Tile::chunk_offset(row, chunk)) {}
 
   // Bytes from dst_bytes to the thread's chunk in panel `panel` of its i-th row.
-  static constexpr uint32_t step_bytes(int panel, int i) {
+  __host__ __device__ static constexpr uint32_t step_bytes(int panel, int i) {
     return 2 * (panel * Rows * kPanel + i * kRowsPerPass * kPanel);
   }
 };
