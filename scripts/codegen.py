@@ -18,8 +18,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "src" / "cuda" / "instantiations"
 
-# Kernel families: the mma.sync kernels run on every GPU from sm_80 on (the build compiles
-# each file for every arch of FLASHATTN_CUDA_ARCHS). A Hopper family joins these lists.
+# Kernel families: the mma.sync kernels (sm80) run on every GPU from sm_80 on; the wgmma kernels
+# (sm90) have a body only in the sm_90a pass. The build compiles each file for every arch of
+# FLASHATTN_CUDA_ARCHS. A list names a family's kernels before the next family's, so a dispatch
+# that takes the first usable entry prefers the families listed first.
 DTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 # File suffix of each dropout variant; the kernels' bool template argument.
 DROPOUT = {False: "", True: "_dropout"}
@@ -37,9 +39,11 @@ class Direction:
     instantiations inside the family's namespace; `dropout` is None for kernels without the
     dropout variant."""
 
-    def __init__(self, prefix, macro, families, head_dims, with_dropout, instantiate):
+    def __init__(self, prefix, macro, families, head_dims, with_dropout, instantiate,
+                 family_head_dims=None):
         self.prefix, self.macro = prefix, macro
         self.families, self.head_dims = families, head_dims
+        self.family_head_dims = family_head_dims or {}
         self.variants = DROPOUT if with_dropout else {None: ""}
         self.instantiate = instantiate
 
@@ -53,7 +57,7 @@ class Direction:
     def files(self):
         files, lines = {}, []
         for family in self.families:
-            for head_dim in self.head_dims:
+            for head_dim in self.family_head_dims.get(family, self.head_dims):
                 for dtype, ctype in DTYPES.items():
                     for dropout, suffix in self.variants.items():
                         name = f"{self.prefix}_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
@@ -106,8 +110,11 @@ DIRECTIONS = [
     Direction("fwd_paged", "FA_FWD_PAGED_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
               FORWARD_HEAD_DIMS, False, forward_paged_instantiation),
     # The backward keeps dK/dV in registers, which bounds its head dim (backward_tuning.hpp).
-    Direction("bwd", "FA_BWD_KERNEL", {"sm80": "cuda/sm80/bwd_launch.cuh"},
-              [32, 64, 96, 128, 256], True, backward_instantiation),
+    # The Hopper kernel exists for bwd_sm90_tile's head dims (backward_tuning.hpp).
+    Direction("bwd", "FA_BWD_KERNEL",
+              {"sm90": "cuda/sm90/bwd_launch.cuh", "sm80": "cuda/sm80/bwd_launch.cuh"},
+              [32, 64, 96, 128, 256], True, backward_instantiation,
+              family_head_dims={"sm90": [64, 128]}),
     # The KV-cache kernel pads other head dims in-kernel (kvcache_tuning.hpp), so three
     # suffice; the API refuses dropout with a KV cache.
     Direction("kv", "FA_KV_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},

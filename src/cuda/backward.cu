@@ -1,7 +1,8 @@
 // The CUDA backward: what it runs (one plan shared by check_backward, and so supported(), the
 // workspace query and the run), its workspace, and the three launches: preprocess
 // (D = dot(dO, O), lse in log2 units, dQ accumulator zeroed), the main kernel of the head dim
-// (sm80/bwd_kernel.cuh), dQ conversion; through the padding path (backward_pad.hpp) for head
+// (sm90/bwd_kernel.cuh where the device runs sm_90a code and the head dim has one, else
+// sm80/bwd_kernel.cuh), dQ conversion; through the padding path (backward_pad.hpp) for head
 // dims without a kernel and views the kernel cannot read in place.
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 #include "cuda/operand_traits.hpp"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_prepost.cuh"
+#include "cuda/sm90/bwd_launch.hpp"
 
 namespace flashattn::cuda {
 namespace {
@@ -25,21 +27,25 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA backward: " + what);
 }
 
-int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
-#define FA_BWD_KERNEL(family, type, hdim, dropout)                          \
-  if (dtype == element_type_of<type>() && head_dim == hdim) {               \
-    return family::backward_smem_bytes<type, hdim>();                       \
+// The first entry of the list (Hopper families first) for this type and head dim that the
+// device can run: `sm90a` says whether it runs sm_90a code (DeviceLimits::sm90a).
+int kernel_smem_bytes(core::ElementType dtype, int head_dim, bool sm90a) {
+#define FA_BWD_KERNEL(family, type, hdim, dropout)                                  \
+  if ((sm90a || !family::kBwdNeedsSm90a) && dtype == element_type_of<type>() &&     \
+      head_dim == hdim) {                                                           \
+    return family::backward_smem_bytes<type, hdim>();                               \
   }
 #include "cuda/instantiations/bwd_list.inc"
 #undef FA_BWD_KERNEL
   return 0;
 }
 
-Status run_kernel(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
-#define FA_BWD_KERNEL(family, type, hdim, dropout)                          \
-  if (p.dtype == element_type_of<type>() && p.head_dim == hdim &&           \
-      p.has_dropout() == dropout) {                                         \
-    return family::run_backward<type, hdim, dropout>(p, w, stream);         \
+Status run_kernel(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90a,
+                  cudaStream_t stream) {
+#define FA_BWD_KERNEL(family, type, hdim, dropout)                                  \
+  if ((sm90a || !family::kBwdNeedsSm90a) && p.dtype == element_type_of<type>() &&   \
+      p.head_dim == hdim && p.has_dropout() == dropout) {                           \
+    return family::run_backward<type, hdim, dropout>(p, w, stream);                 \
   }
 #include "cuda/instantiations/bwd_list.inc"
 #undef FA_BWD_KERNEL
@@ -92,7 +98,8 @@ unsigned grid_for(int64_t items, int per_block) {
 }
 
 template <class T>
-Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
+Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90a,
+                 cudaStream_t stream) {
   const sm80::RowMap rows{p.is_varlen() ? 0 : p.seqlen_q};
   const int64_t pairs = static_cast<int64_t>(p.total_q) * p.nheads;
   const bool vector = sm80::bwd_prepost_vector_ok(p, w);
@@ -109,7 +116,7 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStrea
   if (w.turns_bytes > 0) {
     FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.turns, 0, w.turns_bytes, stream));
   }
-  const Status ran = run_kernel(p, w, stream);
+  const Status ran = run_kernel(p, w, sm90a, stream);
   if (!ran.ok()) return ran;
   if (pairs > 0) {
     const int64_t elements = pairs * p.head_dim;
@@ -125,14 +132,23 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, cudaStrea
   return Status::Ok();
 }
 
-}  // namespace
-
-Status check_backward(const core::BackwardParams& p, int device) {
+// The plan's check against `device`; `limits`, when given, receives the device's limits.
+Status check_on_device(const core::BackwardParams& p, int device, DeviceLimits* limits) {
   BwdPlan plan;
   const Status planned = plan_of(p, &plan);
   if (!planned.ok()) return planned;
+  DeviceLimits l;
+  const Status queried = device_limits(device, &l);
+  if (!queried.ok()) return queried;
+  if (limits != nullptr) *limits = l;
   return check_kernel_fits("CUDA backward", device, plan.head_dim,
-                           kernel_smem_bytes(p.dtype, plan.head_dim));
+                           kernel_smem_bytes(p.dtype, plan.head_dim, l.sm90a));
+}
+
+}  // namespace
+
+Status check_backward(const core::BackwardParams& p, int device) {
+  return check_on_device(p, device, nullptr);
 }
 
 size_t backward_workspace_size(const core::BackwardParams& p) {
@@ -147,7 +163,8 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const Status checked = check_backward(p, device);
+  DeviceLimits limits;
+  const Status checked = check_on_device(p, device, &limits);
   if (!checked.ok()) return checked;
   const size_t needed = backward_workspace_size(p);
   if (p.workspace == nullptr || p.workspace_bytes < needed) {
@@ -159,8 +176,9 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   plan_of(p, &plan);
   auto run = [&](const core::BackwardParams& q) {
     const BwdWorkspace w = bwd_workspace(q, bwd_sm80_tile(q.head_dim).block_m);
-    return q.dtype == core::ElementType::kF16 ? run_typed<__half>(q, w, stream)
-                                              : run_typed<__nv_bfloat16>(q, w, stream);
+    return q.dtype == core::ElementType::kF16
+               ? run_typed<__half>(q, w, limits.sm90a, stream)
+               : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);
   };
   if (!plan.padded) return run(p);
   core::BackwardParams padded;

@@ -93,4 +93,39 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
                   bwd_tile_valid(128, bwd_sm80_tile(128)) && bwd_tile_valid(256, bwd_sm80_tile(256)),
               "a backward tile does not fit an sm_80 GPU");
 
+// The Hopper kernel (sm90/bwd_kernel.cuh) for the head dims where it exists: two warpgroups
+// of 64 keys each (block_n = 128) and block_m queries per step, as large as dK, dV, S^T and dP^T
+// in registers allow. It shares the sm80 table's block_m and block_n, so the workspace (its
+// deterministic turn counters) and the deterministic order of the dQ additions are the same
+// whichever kernel runs.
+struct BwdSm90Tile {
+  int block_m;
+  int block_n;
+  int warps;
+};
+
+constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
+  switch (head_dim) {
+    case 64: return {128, 128, 8};
+    case 128: return {64, 128, 8};
+    default: return {0, 0, 0};
+  }
+}
+
+constexpr bool bwd_sm90_has(int head_dim) { return bwd_sm90_tile(head_dim).block_m != 0; }
+
+// Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T, and
+// the rows' lse and D double-buffered.
+constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t) {
+  return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 + t.block_n * t.block_m * 2 +
+         16 * t.block_m;
+}
+
+constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
+  return head_dim % 64 == 0 && t.warps == 8 && t.block_n == 128 &&
+         (t.block_m == 64 || t.block_m == 128) && t.block_m == bwd_sm80_tile(head_dim).block_m &&
+         t.block_n == bwd_sm80_tile(head_dim).block_n &&
+         bwd_sm90_smem_bytes(head_dim, t) <= kBwdSmemMax;
+}
+
 }  // namespace flashattn::cuda

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -9,6 +11,29 @@
 
 namespace flashattn::cuda {
 namespace {
+
+// Compiled like every kernel, for each architecture of the build: the code the runtime picks
+// for a device tells which of them it runs.
+__global__ void architecture_probe() {}
+
+bool sm90_disabled_by_environment() {
+  const char* value = std::getenv("FLASHATTN_DISABLE_SM90");
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
+Status runs_sm90a(int device, const DeviceLimits& l, bool* sm90a) {
+  *sm90a = false;
+  if (l.major != 9 || l.minor != 0 || sm90_disabled_by_environment()) return Status::Ok();
+  int current = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaFuncAttributes attributes{};
+  const cudaError_t got = cudaFuncGetAttributes(&attributes, architecture_probe);
+  FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+  FA_CUDA_RETURN_IF_ERROR(got);
+  *sm90a = attributes.binaryVersion == 90;
+  return Status::Ok();
+}
 
 Status query(int device, DeviceLimits* l) {
   const struct {
@@ -24,7 +49,7 @@ Status query(int device, DeviceLimits* l) {
   for (const auto& w : wanted) {
     FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(w.value, w.attribute, device));
   }
-  return Status::Ok();
+  return runs_sm90a(device, *l, &l->sm90a);
 }
 
 }  // namespace

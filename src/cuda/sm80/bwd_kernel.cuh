@@ -44,6 +44,7 @@
 #include "core/params.hpp"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
+#include "cuda/prim/atomics.cuh"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/mma.cuh"
@@ -82,25 +83,6 @@ struct BwdShape {
       4 * QTile::kBytes + 2 * KTile::kBytes + 2 * PTile::kBytes + kStatsBytes;
   static_assert(kSmemBytes == bwd_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
-
-__device__ __forceinline__ int load_acquire(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void add_release(int32_t* p, int32_t v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" : : "l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void add_pair(float* dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 // The lane index, read afresh where it is called (volatile: never hoisted). The query-block
 // step derives its ldmatrix, store and atomic addresses from it, so they are recomputed per
@@ -321,7 +303,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     int seen = -1;
     if (p.deterministic) {
       turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
-      if (tid == 0) seen = load_acquire(turn_counter);  // issued before the dQ product
+      if (tid == 0) seen = prim::load_acquire(turn_counter);  // issued before the dQ product
     }
     float dq[kDqMT][kDqNT][4];
     prim::thread::zero(dq);
@@ -329,7 +311,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
                                                          k_dq_lanes);
     if (p.deterministic) {
       if (tid == 0) {
-        while (seen != turn) seen = load_acquire(turn_counter);
+        while (seen != turn) seen = prim::load_acquire(turn_counter);
       }
       __syncthreads();  // our turn to add into dQ
     }
@@ -342,7 +324,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
         if (m0 + row < seqlen_q) {
 #pragma unroll
           for (int j = 0; j < kDqNT; ++j) {
-            add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + 2 * (lane % 4),
+            prim::add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + 2 * (lane % 4),
                      dq[i][j][2 * half], dq[i][j][2 * half + 1]);
           }
         }
@@ -355,7 +337,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   // additions before thread 0's release, which makes them visible to the next block's
   // acquire (cumulativity), without a fence or a barrier of its own.
   auto release_turn = [&]() {
-    if (unreleased != nullptr && tid == 0) add_release(unreleased, 1);
+    if (unreleased != nullptr && tid == 0) prim::add_release(unreleased, 1);
     unreleased = nullptr;
   };
 

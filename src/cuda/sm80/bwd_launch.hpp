@@ -12,6 +12,9 @@
 
 namespace flashattn::cuda::sm80 {
 
+// The dispatch's test of a kernel family: this one runs on every sm_80-class device.
+inline constexpr bool kBwdNeedsSm90a = false;
+
 // Launches the main kernel for `params` (head dim exactly D, 16-byte aligned inputs) on
 // `stream`; the workspace must hold the preprocessed D, lse and a zeroed dQ accumulator.
 // kDropout: the instantiation with dropout (params.dropout_p > 0); the other ignores it.

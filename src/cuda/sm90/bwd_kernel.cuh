@@ -1,0 +1,417 @@
+// The FlashAttention-2 backward main kernel on Hopper's warpgroup MMA (wgmma, sm_90a).
+//
+// The same algorithm and schedule as sm80/bwd_kernel.cuh (read it first): one block per
+// (key block, KV head, batch entry) keeps dK and dV of its 128 keys in registers and loops
+// over the query blocks (and the query heads of its KV head) that see it; dQ is added into
+// the fp32 workspace accumulator; the deterministic mode takes turns per query block in the
+// same order. What changes is who multiplies what:
+//
+//   two warpgroups, each owning 64 of the block's keys (the M of every product it issues):
+//   S^T  = K Q^T,  dP^T = V dO^T   A = K / V rows from shared memory, B = Q / dO (K-major)
+//   P^T, dS^T                      element-wise (sm80::thread::bwd_element) in the
+//                                  accumulator registers, then packed to 16 bits: the
+//                                  accumulator layout is the register-A layout of a next
+//                                  product (wgmma_fragments.cuh), so they never leave
+//                                  registers for
+//   dV += P^T dO,  dK += dS^T Q    A = P^T / dS^T from registers, B = dO / Q (MN-major)
+//   dQ  = dS K                     dS^T through shared memory (the other warpgroup's keys
+//                                  are needed): A = dS^T read MN-major, B = K (MN-major);
+//                                  warpgroup w takes query rows [64w, 64w + 64) when the
+//                                  block has 128 of them, else head-dim columns [64w, ...)
+//
+// Q, dO and the rows' lse / D are double-buffered with cp.async as in the sm80 kernel (its
+// tile copy writes the 128-byte-swizzle layout wgmma reads); each buffer is made visible to
+// the async proxy (fence.proxy.async) before the barrier that publishes it. Per query block:
+// one barrier after the copy landed, one after dS^T is stored.
+//
+// The body is compiled in the sm_90a device pass only; the dispatch (backward.cu) runs this
+// kernel only on a device whose code for it came from that pass (DeviceLimits::sm90a).
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/params.hpp"
+#include "cuda/backward_tuning.hpp"
+#include "cuda/backward_workspace.hpp"
+#include "cuda/prim/atomics.cuh"
+#include "cuda/prim/cp_async.cuh"
+#include "cuda/prim/math.cuh"
+#include "cuda/sm80/bwd_elementwise.cuh"
+#include "cuda/sm80/dropout.cuh"
+#include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/sm80/score_transform.cuh"
+#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/sm90/swizzle128_tile.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/sm90/wgmma_descriptor.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <int D>
+struct BwdShape {
+  static constexpr BwdSm90Tile kTile = bwd_sm90_tile(D);
+  static_assert(bwd_sm90_tile_valid(D, kTile), "invalid sm90 backward tile");
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kThreads = 32 * kTile.warps;
+  static constexpr int kWarpgroupKeys = 64;  // the M of a wgmma
+  // dQ: 64 x 64 per warpgroup, split along the queries or along the head dim.
+  static constexpr bool kDqSplitsQueries = kBlockM == 128;
+  static constexpr int kDqCols = 64;
+  using QTile = Swizzle128Tile<kBlockM, D>;         // Q and dO
+  using KTile = Swizzle128Tile<kBlockN, D>;         // K and V
+  using DsTile = Swizzle128Tile<kBlockN, kBlockM>;  // dS^T: rows keys, columns queries
+  static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;  // [buffer][lse2 | D] per row
+  static constexpr int kSmemBytes = QTile::kAlignment + 4 * QTile::kBytes + 2 * KTile::kBytes +
+                                    DsTile::kBytes + kStatsBytes;
+  static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, kTile), "smem size disagrees with the table");
+};
+
+// Stores warpgroup-rows `row0`.. of a 16-bit register-A fragment set (a[s]: k-step s, i.e.
+// columns [16s, 16s + 16)) into a Swizzle128Tile; each store phase covers 32 banks once.
+template <class Tile, int KSteps>
+__device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&a)[KSteps][4],
+                                                int row0, int lane) {
+#pragma unroll
+  for (int s = 0; s < KSteps; ++s) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + lane / 4 + 8 * (r % 2);
+      const int col = 16 * s + 8 * (r / 2) + 2 * (lane % 4);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + Tile::byte_offset(row, col)),
+                   "r"(a[s][r])
+                   : "memory");
+    }
+  }
+}
+
+template <class T, int D, bool kDropout>
+__global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
+    bwd_kernel(const __grid_constant__ core::BackwardParams p, const sm80::FwdScores sc,
+               const BwdWorkspace w) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = BwdShape<D>;
+  using QTile = typename S::QTile;
+  using KTile = typename S::KTile;
+  using DsTile = typename S::DsTile;
+  constexpr int kBlockM = S::kBlockM, kBlockN = S::kBlockN;
+  constexpr int kNT = kBlockM / 8;      // 8-query tiles of a warpgroup's S^T rows
+  constexpr int kMSteps = kBlockM / 16;  // k-steps of dV / dK (over the queries)
+  namespace wg = warpgroup;
+  extern __shared__ unsigned char smem_raw[];
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int group_index = tid / 128;  // this thread's warpgroup
+  const int n = gridDim.x - 1 - blockIdx.x;  // backwards: see the sm80 kernel's deterministic mode
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
+
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
+  int64_t q_start = 0, k_start = 0;
+  if (varlen) {
+    q_start = p.cu_seqlens_q[b];
+    k_start = p.cu_seqlens_k[b];
+    seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
+    key_rows = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
+  }
+  const int seqlen_k = p.seqused_k != nullptr ? p.seqused_k[b] : key_rows;
+  const int n0 = n * kBlockN;
+  if (n0 >= key_rows) return;
+  const int64_t q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;
+  const int group = p.nheads / p.nheads_k;
+
+  auto base = [&](const core::Operand& op, int head, int64_t start) {
+    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
+           head * op.head_stride;
+  };
+
+  const sm80::FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+  auto blocks_of = [&](int m) {
+    return mask.blocks(m * kBlockM, min(kBlockM, seqlen_q - m * kBlockM), kBlockN);
+  };
+  auto visited = [&](int m) {
+    const sm80::KeyBlocks kb = blocks_of(m);
+    return n >= kb.begin && n < kb.end;
+  };
+  auto first_visited = [&](int m) {
+    while (m < m_blocks && !visited(m)) ++m;
+    return m;
+  };
+
+  // Tiles on 1024-byte boundaries (the swizzle atom), in the order of kSmemBytes.
+  const uint32_t raw_addr = prim::smem_addr(smem_raw);
+  const uint32_t q_smem = (raw_addr + QTile::kAlignment - 1) & ~uint32_t(QTile::kAlignment - 1);
+  const uint32_t do_smem = q_smem + 2 * QTile::kBytes;
+  const uint32_t k_smem = do_smem + 2 * QTile::kBytes;
+  const uint32_t v_smem = k_smem + KTile::kBytes;
+  const uint32_t ds_smem = v_smem + KTile::kBytes;
+  float* stats = reinterpret_cast<float*>(smem_raw + (ds_smem + DsTile::kBytes - raw_addr));
+
+  auto load_q_do = [&](int g, int m, int buffer) {
+    const int h = hk * group + g;
+    const int m0 = m * kBlockM;
+    sm80::block::copy_tile_async<kBlockM, D, S::kThreads>(
+        q_smem + buffer * QTile::kBytes, base(p.q, h, q_start) + m0 * p.q.row_stride,
+        p.q.row_stride, seqlen_q - m0, tid);
+    sm80::block::copy_tile_async<kBlockM, D, S::kThreads>(
+        do_smem + buffer * QTile::kBytes, base(p.dout, h, q_start) + m0 * p.dout.row_stride,
+        p.dout.row_stride, seqlen_q - m0, tid);
+  };
+  // As the sm80 kernel: lse2 (tid < block_m) or D of one row; +inf / 0 past the end.
+  auto load_stats = [&](int g, int m) {
+    const int query = m * kBlockM + tid % kBlockM;
+    const bool is_lse = tid < kBlockM;
+    if (tid >= 2 * kBlockM || query >= seqlen_q) return is_lse ? CUDART_INF_F : 0.f;
+    const int64_t row = (hk * group + g) * static_cast<int64_t>(p.total_q) + q_row0 + query;
+    return is_lse ? w.lse_log2[row] : w.dsum[row];
+  };
+
+  // Operand views (wgmma_descriptor.cuh), by k16 steps.
+  using KRows = WgmmaOperand<KTile, Major::kK>;      // A of S^T / dP^T: keys x head dim
+  using QRows = WgmmaOperand<QTile, Major::kK>;      // B of S^T / dP^T: queries x head dim
+  using QCols = WgmmaOperand<QTile, Major::kMN>;     // B of dV / dK: k = queries, n = head dim
+  using DsCols = WgmmaOperand<DsTile, Major::kMN>;   // A of dQ: k = keys, m = queries
+  using KCols = WgmmaOperand<KTile, Major::kMN>;     // B of dQ: k = keys, n = head dim
+  const int key0 = S::kWarpgroupKeys * group_index;  // this warpgroup's first key in the block
+  const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(key0, 0));
+  const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(key0, 0));
+  const int dq_query0 = S::kDqSplitsQueries ? 64 * group_index : 0;
+  const int dq_col0 = S::kDqSplitsQueries ? 0 : S::kDqCols * group_index;
+  const uint64_t ds_cols_desc = DsCols::descriptor(ds_smem + DsTile::byte_offset(0, dq_query0));
+  const uint64_t k_cols_desc = KCols::descriptor(k_smem + KTile::byte_offset(0, dq_col0));
+
+  // This thread's rows of the warpgroup's 64 keys, columns of the fragments (wgmma_fragments).
+  const int frag_row = (tid % 128) / 32 * 16 + lane / 4;  // + 8 * half
+  const int frag_col = 2 * (lane % 4);                    // + 8 * tile + e
+  const int key_shift = seqlen_k - seqlen_q;
+  const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  int32_t* unreleased = nullptr;
+
+  auto step = [&](auto masked, int h, int m, int buffer, int turn) {
+    const int m0 = m * kBlockM;
+    const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
+    const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
+    const float alibi_raw =
+        p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
+    const float* lse2 = stats + buffer * 2 * kBlockM;
+    const float* dsum = lse2 + kBlockM;
+
+    // S^T and dP^T of this warpgroup's keys, one commit group each.
+    float s[kBlockM / 2], dp[kBlockM / 2];
+    const uint64_t q_rows_desc = QRows::descriptor(q_buf);
+    const uint64_t do_rows_desc = QRows::descriptor(do_buf);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      wg::mma_ss<kBlockM, T, false, false>(s, KRows::advance(k_rows_desc, ks),
+                                           QRows::advance(q_rows_desc, ks), ks > 0);
+    }
+    wg::commit_group();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      wg::mma_ss<kBlockM, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+                                           QRows::advance(do_rows_desc, ks), ks > 0);
+    }
+    wg::commit_group();
+    wg::wait_group<0>();
+    wg::fence_operands(s);
+    wg::fence_operands(dp);
+
+    // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
+    // key frag_row + 8 * (i / 2 % 2), query 8 * (i / 4) + frag_col + i % 2.
+    // Dropout: one mask per 64 queries, applied to dP^T before the element-wise step and to
+    // P^T after it, as in the sm80 kernel.
+    using DropMask = std::conditional_t<kDropout, sm80::BwdDropoutMask<8>, sm80::NoDropoutMask>;
+    DropMask drop[kNT / 8];
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int part = 0; part < kNT / 8; ++part) {
+        drop[part] = sm80::BwdDropoutMask<8>(sm80::DropoutHead(p, b, h), n0 + key0 + frag_row - lane / 4,
+                                             m0 + 64 * part, lane);
+      }
+    }
+    auto dropout_apply = [&](float(&x)[kBlockM / 2]) {
+#pragma unroll
+      for (int part = 0; part < kNT / 8; ++part) {
+        drop[part].apply(*reinterpret_cast<float(*)[8][4]>(&x[32 * part]));
+      }
+    };
+    dropout_apply(dp);
+#pragma unroll
+    for (int i = 0; i < kBlockM / 2; ++i) {
+      const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
+      const int column = 8 * (i / 4) + frag_col + i % 2;
+      const int distance = m0 + column + key_shift - key;
+      bool visible = true;
+      if constexpr (std::decay_t<decltype(masked)>::value) {
+        visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
+                  (p.window_right < 0 || distance >= -p.window_right);
+      }
+      const sm80::thread::BwdElement el = sm80::thread::bwd_element(
+          s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
+      s[i] = el.p;
+      dp[i] = el.ds;
+    }
+    dropout_apply(s);
+    uint32_t pt[kMSteps][4], dst[kMSteps][4];
+#pragma unroll
+    for (int ks = 0; ks < kMSteps; ++ks) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        pt[ks][r] = prim::thread::pack2<T>(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
+        dst[ks][r] = prim::thread::pack2<T>(dp[8 * ks + 2 * r], dp[8 * ks + 2 * r + 1]);
+      }
+    }
+
+    // dV += P^T dO, dK += dS^T Q; completed by the wait after dQ.
+    const uint64_t do_cols_desc = QCols::descriptor(do_buf);
+    const uint64_t q_cols_desc = QCols::descriptor(q_buf);
+    wg::fence_operands(dv);
+    wg::fence_operands(dk);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < kMSteps; ++ks) {
+      wg::mma_rs<D, T, true>(dv, pt[ks], QCols::advance(do_cols_desc, ks), true);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kMSteps; ++ks) {
+      wg::mma_rs<D, T, true>(dk, dst[ks], QCols::advance(q_cols_desc, ks), true);
+    }
+    wg::commit_group();
+
+    // dS^T to shared memory (its last readers, the previous dQ, finished before this step's
+    // first barrier), visible to the async proxy after the barrier.
+    store_fragments<DsTile>(ds_smem, dst, key0 + (tid % 128) / 32 * 16, lane);
+    wg::fence_proxy_async_shared();
+    int32_t* turn_counter = nullptr;
+    int seen = -1;
+    if (p.deterministic) {
+      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+      if (tid == 0) seen = prim::load_acquire(turn_counter);  // in flight during dQ
+    }
+    __syncthreads();  // dS^T complete
+
+    float dq[S::kDqCols / 2];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      wg::mma_ss<S::kDqCols, T, true, true>(dq, DsCols::advance(ds_cols_desc, ks),
+                                            KCols::advance(k_cols_desc, ks), ks > 0);
+    }
+    wg::commit_group();
+    wg::wait_group<0>();
+    wg::fence_operands(dq);
+    wg::fence_operands(dv);
+    wg::fence_operands(dk);
+#pragma unroll
+    for (int ks = 0; ks < kMSteps; ++ks) {
+      wg::fence_operands(pt[ks]);
+      wg::fence_operands(dst[ks]);
+    }
+
+    if (p.deterministic) {
+      if (tid == 0) {
+        while (seen != turn) seen = prim::load_acquire(turn_counter);
+      }
+      __syncthreads();  // our turn to add into dQ
+    }
+    float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = dq_query0 + frag_row + 8 * half;
+      if (m0 + row < seqlen_q) {
+#pragma unroll
+        for (int j = 0; j < S::kDqCols / 8; ++j) {
+          prim::add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + frag_col,
+                         dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+        }
+      }
+    }
+    unreleased = turn_counter;
+  };
+  auto release_turn = [&]() {
+    if (unreleased != nullptr && tid == 0) prim::add_release(unreleased, 1);
+    unreleased = nullptr;
+  };
+
+  const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
+  const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
+  sm80::block::copy_tile_async<kBlockN, D, S::kThreads>(k_smem, k, p.k.row_stride, seqlen_k - n0,
+                                                        tid);
+  sm80::block::copy_tile_async<kBlockN, D, S::kThreads>(v_smem, v, p.v.row_stride, seqlen_k - n0,
+                                                        tid);
+  const int m_first = first_visited(0);
+  if (m_first < m_blocks) {
+    load_q_do(0, m_first, 0);
+    if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);
+  }
+  prim::thread::cp_async_commit();
+
+  constexpr std::true_type masked{};
+  constexpr std::false_type unmasked{};
+  int g = 0, m = m_first, iteration = 0;
+  while (m < m_blocks) {
+    int next_g = g, next_m = first_visited(m + 1);
+    if (next_m >= m_blocks) {
+      next_g = g + 1;
+      next_m = next_g < group ? m_first : m_blocks;
+    }
+    prim::thread::cp_async_wait<0>();
+    wg::fence_proxy_async_shared();
+    __syncthreads();  // this block's Q, dO landed; every warpgroup is done with the other buffer
+    release_turn();
+    if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
+    prim::thread::cp_async_commit();
+    const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
+    const sm80::KeyBlocks kb = blocks_of(m);
+    const int h = hk * group + g;
+    const int turn = kb.end - 1 - n;
+    if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
+      step(unmasked, h, m, iteration % 2, turn);
+    } else {
+      step(masked, h, m, iteration % 2, turn);
+    }
+    if (tid < 2 * kBlockM) stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
+    g = next_g;
+    m = next_m;
+    ++iteration;
+  }
+  prim::thread::cp_async_wait<0>();
+  if (unreleased != nullptr) {
+    __syncthreads();
+    release_turn();
+  }
+
+  // Epilogue: dK (scaled) and dV rows of this thread's fragments; zero for keys nobody attends.
+  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));
+  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start));
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = n0 + key0 + frag_row + 8 * half;
+    if (key < key_rows) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = 8 * j + frag_col;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          dk_out[key * p.dk.row_stride + col + e] = static_cast<T>(dk[4 * j + 2 * half + e] * p.scale);
+          dv_out[key * p.dv.row_stride + col + e] = static_cast<T>(dv[4 * j + 2 * half + e]);
+        }
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,30 @@
+// The launcher of the sm90 backward kernel. Included by the generated instantiation files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/check.hpp"
+#include "cuda/sm80/fwd_launch.cuh"
+#include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90/bwd_launch.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+template <class T, int D, bool kDropout>
+Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
+  using S = BwdShape<D>;
+  if (p.batch == 0 || p.nheads == 0 || p.seqlen_k == 0) return Status::Ok();
+  auto kernel = &bwd_kernel<T, D, kDropout>;
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k, p.batch);
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, sm80::fwd_scores(p), w);
+  return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
+}
+
+template <class T, int D>
+int backward_smem_bytes() {
+  return BwdShape<D>::kSmemBytes;
+}
+
+}  // namespace flashattn::cuda::sm90
