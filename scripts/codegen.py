@@ -114,7 +114,7 @@ DIRECTIONS = [
     Direction("bwd", "FA_BWD_KERNEL",
               {"sm90": "cuda/sm90/bwd_launch.cuh", "sm80": "cuda/sm80/bwd_launch.cuh"},
               [32, 64, 96, 128, 256], True, backward_instantiation,
-              family_head_dims={"sm90": [64, 128]}),
+              family_head_dims={"sm90": [64, 128, 256]}),
     # The KV-cache kernel pads other head dims in-kernel (kvcache_tuning.hpp), so three
     # suffice; the API refuses dropout with a KV cache.
     Direction("kv", "FA_KV_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},

@@ -155,7 +155,7 @@ size_t backward_workspace_size(const core::BackwardParams& p) {
   BwdPlan plan;
   if (!plan_of(p, &plan).ok()) return 0;
   const size_t kernel_bytes =
-      bwd_workspace_layout(kernel_shape(p, plan), bwd_sm80_tile(plan.head_dim).block_m).total;
+      bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim)).total;
   return kernel_bytes + (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }
 
@@ -175,7 +175,7 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   BwdPlan plan;
   plan_of(p, &plan);
   auto run = [&](const core::BackwardParams& q) {
-    const BwdWorkspace w = bwd_workspace(q, bwd_sm80_tile(q.head_dim).block_m);
+    const BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim));
     return q.dtype == core::ElementType::kF16
                ? run_typed<__half>(q, w, limits.sm90a, stream)
                : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);

@@ -94,10 +94,11 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
               "a backward tile does not fit an sm_80 GPU");
 
 // The Hopper kernel (sm90/bwd_kernel.cuh) for the head dims where it exists: two warpgroups
-// of 64 keys each (block_n = 128) and block_m queries per step, as large as dK, dV, S^T and dP^T
-// in registers allow. It shares the sm80 table's block_m and block_n, so the workspace (its
-// deterministic turn counters) and the deterministic order of the dQ additions are the same
-// whichever kernel runs.
+// and block_m queries per step, as many as dK, dV, S^T and dP^T in registers allow. With
+// block_n = 128 each warpgroup owns 64 keys (the key split); with block_n = 64 (d = 256, whose
+// dK and dV would not fit one warpgroup's registers) both own all keys and split the head dim
+// (the column split). block_n is the sm80 table's, so the deterministic order of the dQ
+// additions is the same whichever kernel runs.
 struct BwdSm90Tile {
   int block_m;
   int block_n;
@@ -108,24 +109,33 @@ constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
   switch (head_dim) {
     case 64: return {128, 128, 8};
     case 128: return {64, 128, 8};
+    case 256: return {64, 64, 8};
     default: return {0, 0, 0};
   }
 }
 
 constexpr bool bwd_sm90_has(int head_dim) { return bwd_sm90_tile(head_dim).block_m != 0; }
 
-// Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T, and
-// the rows' lse and D double-buffered.
+// Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T (and
+// P^T in the column split), and the rows' lse and D double-buffered.
 constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t) {
-  return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 + t.block_n * t.block_m * 2 +
-         16 * t.block_m;
+  return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 +
+         (t.block_n == 128 ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m;
 }
 
 constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
-  return head_dim % 64 == 0 && t.warps == 8 && t.block_n == 128 &&
-         (t.block_m == 64 || t.block_m == 128) && t.block_m == bwd_sm80_tile(head_dim).block_m &&
+  return head_dim % 64 == 0 && t.warps == 8 && (t.block_m == 64 || t.block_m == 128) &&
+         (t.block_n == 128 || (t.block_n == 64 && head_dim % 128 == 0 && t.block_m == 64)) &&
          t.block_n == bwd_sm80_tile(head_dim).block_n &&
          bwd_sm90_smem_bytes(head_dim, t) <= kBwdSmemMax;
+}
+
+// The query block of the workspace's deterministic turn counters: the smallest block_m of the
+// kernels that may run, so that the counters suffice for either.
+constexpr int bwd_workspace_block_m(int head_dim) {
+  const int sm80 = bwd_sm80_tile(head_dim).block_m;
+  const int sm90 = bwd_sm90_tile(head_dim).block_m;
+  return sm90 != 0 && sm90 < sm80 ? sm90 : sm80;
 }
 
 }  // namespace flashattn::cuda

@@ -1,23 +1,25 @@
 // The FlashAttention-2 backward main kernel on Hopper's warpgroup MMA (wgmma, sm_90a).
 //
 // The same algorithm and schedule as sm80/bwd_kernel.cuh (read it first): one block per
-// (key block, KV head, batch entry) keeps dK and dV of its 128 keys in registers and loops
-// over the query blocks (and the query heads of its KV head) that see it; dQ is added into
-// the fp32 workspace accumulator; the deterministic mode takes turns per query block in the
-// same order. What changes is who multiplies what:
+// (key block, KV head, batch entry) keeps dK and dV of its keys in registers and loops over the
+// query blocks (and the query heads of its KV head) that see it; dQ is added into the fp32
+// workspace accumulator; the deterministic mode takes turns per query block in the same order.
+// What changes is who multiplies what. Two warpgroups split the work in one of two ways
+// (backward_tuning.hpp's bwd_sm90_tile):
 //
-//   two warpgroups, each owning 64 of the block's keys (the M of every product it issues):
-//   S^T  = K Q^T,  dP^T = V dO^T   A = K / V rows from shared memory, B = Q / dO (K-major)
-//   P^T, dS^T                      element-wise (sm80::thread::bwd_element) in the
-//                                  accumulator registers, then packed to 16 bits: the
-//                                  accumulator layout is the register-A layout of a next
-//                                  product (wgmma_fragments.cuh), so they never leave
-//                                  registers for
-//   dV += P^T dO,  dK += dS^T Q    A = P^T / dS^T from registers, B = dO / Q (MN-major)
-//   dQ  = dS K                     dS^T through shared memory (the other warpgroup's keys
-//                                  are needed): A = dS^T read MN-major, B = K (MN-major);
-//                                  warpgroup w takes query rows [64w, 64w + 64) when the
-//                                  block has 128 of them, else head-dim columns [64w, ...)
+//   key split (block_n = 128): warpgroup w owns keys [64w, 64w + 64), the M of
+//     S^T  = K Q^T,  dP^T = V dO^T   A = K / V rows from shared memory, B = Q / dO (K-major)
+//     P^T, dS^T                      element-wise (sm80::thread::bwd_element) in the
+//                                    accumulator registers, packed to 16 bits: the
+//                                    accumulator layout is the register-A layout of a next
+//                                    product (wgmma_fragments.cuh), so they stay in registers
+//     dV += P^T dO,  dK += dS^T Q    A = P^T / dS^T from registers, B = dO / Q (MN-major)
+//   column split (block_n = 64, head dim 256): both own all 64 keys; warpgroup w computes
+//     S^T and dP^T for queries [w block_m / 2, ...), stores P^T and dS^T to shared memory,
+//     and takes head-dim columns [w d / 2, ...) of dV and dK (A = P^T / dS^T from there).
+//   dQ = dS K, either way with dS^T through shared memory (the other warpgroup's part is
+//     needed): A = dS^T read MN-major, B = K (MN-major); warpgroup w takes query rows
+//     [64w, 64w + 64) when the block has 128 of them, else head-dim columns [w d / 2, ...).
 //
 // Q, dO and the rows' lse / D are double-buffered with cp.async as in the sm80 kernel (its
 // tile copy writes the 128-byte-swizzle layout wgmma reads); each buffer is made visible to
@@ -57,30 +59,34 @@ struct BwdShape {
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kThreads = 32 * kTile.warps;
-  static constexpr int kWarpgroupKeys = 64;  // the M of a wgmma
-  // dQ: 64 x 64 per warpgroup, split along the queries or along the head dim.
+  static constexpr bool kKeySplit = kBlockN == 128;
+  // A warpgroup's share of each product (rows x columns; the rows are always 64).
+  static constexpr int kSdpQueries = kKeySplit ? kBlockM : kBlockM / 2;  // S^T, dP^T
+  static constexpr int kKvCols = kKeySplit ? D : D / 2;                   // dK, dV
   static constexpr bool kDqSplitsQueries = kBlockM == 128;
-  static constexpr int kDqCols = 64;
+  static constexpr int kDqCols = kDqSplitsQueries ? D : D / 2;            // dQ
   using QTile = Swizzle128Tile<kBlockM, D>;         // Q and dO
   using KTile = Swizzle128Tile<kBlockN, D>;         // K and V
-  using DsTile = Swizzle128Tile<kBlockN, kBlockM>;  // dS^T: rows keys, columns queries
+  using PTile = Swizzle128Tile<kBlockN, kBlockM>;   // dS^T (and P^T): rows keys, columns queries
+  static constexpr int kPTiles = kKeySplit ? 1 : 2;
   static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;  // [buffer][lse2 | D] per row
   static constexpr int kSmemBytes = QTile::kAlignment + 4 * QTile::kBytes + 2 * KTile::kBytes +
-                                    DsTile::kBytes + kStatsBytes;
+                                    kPTiles * PTile::kBytes + kStatsBytes;
   static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
 
-// Stores warpgroup-rows `row0`.. of a 16-bit register-A fragment set (a[s]: k-step s, i.e.
-// columns [16s, 16s + 16)) into a Swizzle128Tile; each store phase covers 32 banks once.
+// Stores a warp's 16-bit register-A fragment set (a[s]: k-step s, i.e. columns
+// [col0 + 16s, col0 + 16s + 16) of rows [row0, row0 + 16)) into a Swizzle128Tile; each store
+// phase covers 32 banks once.
 template <class Tile, int KSteps>
 __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&a)[KSteps][4],
-                                                int row0, int lane) {
+                                                int row0, int col0, int lane) {
 #pragma unroll
   for (int s = 0; s < KSteps; ++s) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int row = row0 + lane / 4 + 8 * (r % 2);
-      const int col = 16 * s + 8 * (r / 2) + 2 * (lane % 4);
+      const int col = col0 + 16 * s + 8 * (r / 2) + 2 * (lane % 4);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + Tile::byte_offset(row, col)),
                    "r"(a[s][r])
                    : "memory");
@@ -96,10 +102,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   using S = BwdShape<D>;
   using QTile = typename S::QTile;
   using KTile = typename S::KTile;
-  using DsTile = typename S::DsTile;
+  using PTile = typename S::PTile;
   constexpr int kBlockM = S::kBlockM, kBlockN = S::kBlockN;
-  constexpr int kNT = kBlockM / 8;      // 8-query tiles of a warpgroup's S^T rows
-  constexpr int kMSteps = kBlockM / 16;  // k-steps of dV / dK (over the queries)
+  constexpr int kNT = S::kSdpQueries / 8;      // 8-query tiles of a warp's S^T rows
+  constexpr int kMSteps = S::kSdpQueries / 16;  // k16 steps over those queries
   namespace wg = warpgroup;
   extern __shared__ unsigned char smem_raw[];
 
@@ -151,7 +157,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t k_smem = do_smem + 2 * QTile::kBytes;
   const uint32_t v_smem = k_smem + KTile::kBytes;
   const uint32_t ds_smem = v_smem + KTile::kBytes;
-  float* stats = reinterpret_cast<float*>(smem_raw + (ds_smem + DsTile::kBytes - raw_addr));
+  const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
+  float* stats = reinterpret_cast<float*>(
+      smem_raw + (ds_smem + S::kPTiles * PTile::kBytes - raw_addr));
 
   auto load_q_do = [&](int g, int m, int buffer) {
     const int h = hk * group + g;
@@ -172,30 +180,40 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     return is_lse ? w.lse_log2[row] : w.dsum[row];
   };
 
-  // Operand views (wgmma_descriptor.cuh), by k16 steps.
-  using KRows = WgmmaOperand<KTile, Major::kK>;      // A of S^T / dP^T: keys x head dim
-  using QRows = WgmmaOperand<QTile, Major::kK>;      // B of S^T / dP^T: queries x head dim
-  using QCols = WgmmaOperand<QTile, Major::kMN>;     // B of dV / dK: k = queries, n = head dim
-  using DsCols = WgmmaOperand<DsTile, Major::kMN>;   // A of dQ: k = keys, m = queries
-  using KCols = WgmmaOperand<KTile, Major::kMN>;     // B of dQ: k = keys, n = head dim
-  const int key0 = S::kWarpgroupKeys * group_index;  // this warpgroup's first key in the block
-  const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(key0, 0));
-  const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(key0, 0));
+  // This warpgroup's shares (the rows of each are 64): keys [key0, key0 + 64) of S^T / dP^T
+  // against queries [sdp_query0, + kSdpQueries); keys [key0, ...) of dK / dV at columns
+  // [kv_col0, + kKvCols); dQ rows [dq_query0, + 64) at columns [dq_col0, + kDqCols).
+  const int key0 = S::kKeySplit ? 64 * group_index : 0;
+  const int sdp_query0 = S::kKeySplit ? 0 : S::kSdpQueries * group_index;
+  const int kv_col0 = S::kKeySplit ? 0 : S::kKvCols * group_index;
   const int dq_query0 = S::kDqSplitsQueries ? 64 * group_index : 0;
   const int dq_col0 = S::kDqSplitsQueries ? 0 : S::kDqCols * group_index;
-  const uint64_t ds_cols_desc = DsCols::descriptor(ds_smem + DsTile::byte_offset(0, dq_query0));
+
+  // Operand views (wgmma_descriptor.cuh), by k16 steps.
+  using KRows = WgmmaOperand<KTile, Major::kK>;   // A of S^T / dP^T: keys x head dim
+  using QRows = WgmmaOperand<QTile, Major::kK>;   // B of S^T / dP^T: queries x head dim
+  using PRows = WgmmaOperand<PTile, Major::kK>;   // A of dV / dK (column split): keys x queries
+  using QCols = WgmmaOperand<QTile, Major::kMN>;  // B of dV / dK: k = queries, n = head dim
+  using PCols = WgmmaOperand<PTile, Major::kMN>;  // A of dQ: k = keys, m = queries
+  using KCols = WgmmaOperand<KTile, Major::kMN>;  // B of dQ: k = keys, n = head dim
+  const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(key0, 0));
+  const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(key0, 0));
+  const uint32_t q_rows_offset = QTile::byte_offset(sdp_query0, 0);
+  const uint32_t q_cols_offset = QTile::byte_offset(0, kv_col0);
+  const uint64_t ds_cols_desc = PCols::descriptor(ds_smem + PTile::byte_offset(0, dq_query0));
   const uint64_t k_cols_desc = KCols::descriptor(k_smem + KTile::byte_offset(0, dq_col0));
 
-  // This thread's rows of the warpgroup's 64 keys, columns of the fragments (wgmma_fragments).
-  const int frag_row = (tid % 128) / 32 * 16 + lane / 4;  // + 8 * half
-  const int frag_col = 2 * (lane % 4);                    // + 8 * tile + e
+  // This thread's fragment rows (of the warpgroup's 64) and columns (wgmma_fragments.cuh).
+  const int warp_row0 = (tid % 128) / 32 * 16;
+  const int frag_row = warp_row0 + lane / 4;  // + 8 * half
+  const int frag_col = 2 * (lane % 4);        // + 8 * tile + e
   const int key_shift = seqlen_k - seqlen_q;
   const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
 
-  float dk[D / 2], dv[D / 2];
+  float dk[S::kKvCols / 2], dv[S::kKvCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < S::kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
   int32_t* unreleased = nullptr;
 
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
@@ -207,21 +225,20 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const float* lse2 = stats + buffer * 2 * kBlockM;
     const float* dsum = lse2 + kBlockM;
 
-    // S^T and dP^T of this warpgroup's keys, one commit group each.
-    float s[kBlockM / 2], dp[kBlockM / 2];
-    const uint64_t q_rows_desc = QRows::descriptor(q_buf);
-    const uint64_t do_rows_desc = QRows::descriptor(do_buf);
+    // S^T and dP^T of this warpgroup's share.
+    float s[S::kSdpQueries / 2], dp[S::kSdpQueries / 2];
+    const uint64_t q_rows_desc = QRows::descriptor(q_buf + q_rows_offset);
+    const uint64_t do_rows_desc = QRows::descriptor(do_buf + q_rows_offset);
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      wg::mma_ss<kBlockM, T, false, false>(s, KRows::advance(k_rows_desc, ks),
-                                           QRows::advance(q_rows_desc, ks), ks > 0);
+      wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
+                                                  QRows::advance(q_rows_desc, ks), ks > 0);
     }
-    wg::commit_group();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      wg::mma_ss<kBlockM, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
-                                           QRows::advance(do_rows_desc, ks), ks > 0);
+      wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+                                                  QRows::advance(do_rows_desc, ks), ks > 0);
     }
     wg::commit_group();
     wg::wait_group<0>();
@@ -229,29 +246,32 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::fence_operands(dp);
 
     // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
-    // key frag_row + 8 * (i / 2 % 2), query 8 * (i / 4) + frag_col + i % 2.
-    // Dropout: one mask per 64 queries, applied to dP^T before the element-wise step and to
-    // P^T after it, as in the sm80 kernel.
-    using DropMask = std::conditional_t<kDropout, sm80::BwdDropoutMask<8>, sm80::NoDropoutMask>;
-    DropMask drop[kNT / 8];
+    // key key0 + frag_row + 8 * (i / 2 % 2), query sdp_query0 + 8 * (i / 4) + frag_col + i % 2.
+    // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
+    // and to P^T after it, as in the sm80 kernel.
+    constexpr int kMaskNT = kNT < 8 ? kNT : 8;
+    using DropMask =
+        std::conditional_t<kDropout, sm80::BwdDropoutMask<kMaskNT>, sm80::NoDropoutMask>;
+    DropMask drop[kNT / kMaskNT];
     if constexpr (kDropout) {
 #pragma unroll
-      for (int part = 0; part < kNT / 8; ++part) {
-        drop[part] = sm80::BwdDropoutMask<8>(sm80::DropoutHead(p, b, h), n0 + key0 + frag_row - lane / 4,
-                                             m0 + 64 * part, lane);
+      for (int part = 0; part < kNT / kMaskNT; ++part) {
+        drop[part] = sm80::BwdDropoutMask<kMaskNT>(sm80::DropoutHead(p, b, h),
+                                                   n0 + key0 + warp_row0,
+                                                   m0 + sdp_query0 + 8 * kMaskNT * part, lane);
       }
     }
-    auto dropout_apply = [&](float(&x)[kBlockM / 2]) {
+    auto dropout_apply = [&](float(&x)[S::kSdpQueries / 2]) {
 #pragma unroll
-      for (int part = 0; part < kNT / 8; ++part) {
-        drop[part].apply(*reinterpret_cast<float(*)[8][4]>(&x[32 * part]));
+      for (int part = 0; part < kNT / kMaskNT; ++part) {
+        drop[part].apply(*reinterpret_cast<float(*)[kMaskNT][4]>(&x[4 * kMaskNT * part]));
       }
     };
     dropout_apply(dp);
 #pragma unroll
-    for (int i = 0; i < kBlockM / 2; ++i) {
+    for (int i = 0; i < S::kSdpQueries / 2; ++i) {
       const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
-      const int column = 8 * (i / 4) + frag_col + i % 2;
+      const int column = sdp_query0 + 8 * (i / 4) + frag_col + i % 2;
       const int distance = m0 + column + key_shift - key;
       bool visible = true;
       if constexpr (std::decay_t<decltype(masked)>::value) {
@@ -274,39 +294,57 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       }
     }
 
-    // dV += P^T dO, dK += dS^T Q; completed by the wait after dQ.
-    const uint64_t do_cols_desc = QCols::descriptor(do_buf);
-    const uint64_t q_cols_desc = QCols::descriptor(q_buf);
+    // dS^T (and P^T) to shared memory: their last readers, the previous step's products,
+    // finished before this step's first barrier; visible to the async proxy after the next.
+    store_fragments<PTile>(ds_smem, dst, key0 + warp_row0, sdp_query0, lane);
+    if constexpr (!S::kKeySplit) store_fragments<PTile>(pt_smem, pt, warp_row0, sdp_query0, lane);
+    wg::fence_proxy_async_shared();
+
+    // dV += P^T dO, dK += dS^T Q; completed by the wait after dQ. The key split multiplies
+    // from registers before the barrier, the column split from shared memory after it.
+    const uint64_t do_cols_desc = QCols::descriptor(do_buf + q_cols_offset);
+    const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
     wg::fence_operands(dv);
     wg::fence_operands(dk);
-    wg::fence();
+    if constexpr (S::kKeySplit) {
+      wg::fence();
 #pragma unroll
-    for (int ks = 0; ks < kMSteps; ++ks) {
-      wg::mma_rs<D, T, true>(dv, pt[ks], QCols::advance(do_cols_desc, ks), true);
-    }
+      for (int ks = 0; ks < kMSteps; ++ks) {
+        wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks], QCols::advance(do_cols_desc, ks), true);
+      }
 #pragma unroll
-    for (int ks = 0; ks < kMSteps; ++ks) {
-      wg::mma_rs<D, T, true>(dk, dst[ks], QCols::advance(q_cols_desc, ks), true);
+      for (int ks = 0; ks < kMSteps; ++ks) {
+        wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks], QCols::advance(q_cols_desc, ks), true);
+      }
+      wg::commit_group();
     }
-    wg::commit_group();
-
-    // dS^T to shared memory (its last readers, the previous dQ, finished before this step's
-    // first barrier), visible to the async proxy after the barrier.
-    store_fragments<DsTile>(ds_smem, dst, key0 + (tid % 128) / 32 * 16, lane);
-    wg::fence_proxy_async_shared();
     int32_t* turn_counter = nullptr;
     int seen = -1;
     if (p.deterministic) {
       turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
       if (tid == 0) seen = prim::load_acquire(turn_counter);  // in flight during dQ
     }
-    __syncthreads();  // dS^T complete
+    __syncthreads();  // dS^T (and P^T) complete
 
-    float dq[S::kDqCols / 2];
     wg::fence();
+    if constexpr (!S::kKeySplit) {
+      const uint64_t pt_rows_desc = PRows::descriptor(pt_smem);
+      const uint64_t ds_rows_desc = PRows::descriptor(ds_smem);
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks) {
+        wg::mma_ss<S::kKvCols, T, false, true>(dv, PRows::advance(pt_rows_desc, ks),
+                                               QCols::advance(do_cols_desc, ks), true);
+      }
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks) {
+        wg::mma_ss<S::kKvCols, T, false, true>(dk, PRows::advance(ds_rows_desc, ks),
+                                               QCols::advance(q_cols_desc, ks), true);
+      }
+    }
+    float dq[S::kDqCols / 2];
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
-      wg::mma_ss<S::kDqCols, T, true, true>(dq, DsCols::advance(ds_cols_desc, ks),
+      wg::mma_ss<S::kDqCols, T, true, true>(dq, PCols::advance(ds_cols_desc, ks),
                                             KCols::advance(k_cols_desc, ks), ks > 0);
     }
     wg::commit_group();
@@ -401,8 +439,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const int key = n0 + key0 + frag_row + 8 * half;
     if (key < key_rows) {
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const int col = 8 * j + frag_col;
+      for (int j = 0; j < S::kKvCols / 8; ++j) {
+        const int col = kv_col0 + 8 * j + frag_col;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           dk_out[key * p.dk.row_stride + col + e] = static_cast<T>(dk[4 * j + 2 * half + e] * p.scale);

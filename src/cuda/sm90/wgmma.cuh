@@ -86,6 +86,8 @@ struct Mma;
   FA_WGMMA_ACC8(b), FA_WGMMA_ACC8((b) + 8), FA_WGMMA_ACC8((b) + 16), FA_WGMMA_ACC8((b) + 24)
 
 // Per accumulator count C: the register list and the asm output operands.
+#define FA_WGMMA_LIST_16 FA_WGMMA_TENS() "%10, %11, %12, %13, %14, %15"
+#define FA_WGMMA_OUT_16 FA_WGMMA_ACC8(0), FA_WGMMA_ACC8(8)
 #define FA_WGMMA_LIST_32 \
   FA_WGMMA_TENS() FA_WGMMA_TENS(1) FA_WGMMA_TENS(2) "%30, %31"
 #define FA_WGMMA_OUT_32 FA_WGMMA_ACC32(0)
@@ -136,6 +138,7 @@ struct Mma;
   FA_WGMMA_DEFINE(N, C, __nv_bfloat16, "bf16", o0, o1, o2, o3, o4, o5, o6)                      \
   FA_WGMMA_DEFINE(N, C, __half, "f16", o0, o1, o2, o3, o4, o5, o6)
 
+FA_WGMMA_DEFINE_TYPES(32, 16, 16, 17, 18, 19, 20, 21, 22)
 FA_WGMMA_DEFINE_TYPES(64, 32, 32, 33, 34, 35, 36, 37, 38)
 FA_WGMMA_DEFINE_TYPES(128, 64, 64, 65, 66, 67, 68, 69, 70)
 FA_WGMMA_DEFINE_TYPES(256, 128, 128, 129, 130, 131, 132, 133, 134)
@@ -148,6 +151,8 @@ FA_WGMMA_DEFINE_TYPES(256, 128, 128, 129, 130, 131, 132, 133, 134)
 #undef FA_WGMMA_LIST_64
 #undef FA_WGMMA_OUT_32
 #undef FA_WGMMA_LIST_32
+#undef FA_WGMMA_OUT_16
+#undef FA_WGMMA_LIST_16
 #undef FA_WGMMA_ACC32
 #undef FA_WGMMA_ACC8
 #undef FA_WGMMA_TENS
