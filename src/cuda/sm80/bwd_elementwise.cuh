@@ -15,6 +15,15 @@ struct BwdElement {
   float ds;  // dS^T, unscaled (dK and dQ are scaled once at the end)
 };
 
+// P^T alone, for a kernel that forms it before dP^T is ready; its dS^T is then p (dp - D),
+// valid only without softcap (whose dS^T needs the tanh derivative: bwd_element).
+__device__ __forceinline__ float bwd_probability(float raw, float lse2, const FwdScores& sc,
+                                                 float alibi_raw, int distance, bool visible) {
+  if (alibi_raw != 0.f) raw -= alibi_raw * fabsf(static_cast<float>(distance));
+  const float p = prim::thread::exp2_approx(fmaf(raw, sc.log2_unit, -lse2));
+  return visible ? p : 0.f;
+}
+
 // `alibi_raw`: the slope in raw-score units (0: no ALiBi); `distance`: query + seqlen_k -
 // seqlen_q - key; `visible`: the key is inside the query's mask window.
 __device__ __forceinline__ BwdElement bwd_element(float raw, float dp, float lse2, float dsum,
@@ -25,9 +34,7 @@ __device__ __forceinline__ BwdElement bwd_element(float raw, float dp, float lse
     raw = prim::thread::tanh_exp2(raw * sc.softcap_pre);
     dtanh = 1.f - raw * raw;
   }
-  if (alibi_raw != 0.f) raw -= alibi_raw * fabsf(static_cast<float>(distance));
-  float p = prim::thread::exp2_approx(fmaf(raw, sc.log2_unit, -lse2));
-  if (!visible) p = 0.f;
+  const float p = bwd_probability(raw, lse2, sc, alibi_raw, distance, visible);
   return {p, p * (dp - dsum) * dtanh};
 }
 

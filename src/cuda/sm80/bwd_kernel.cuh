@@ -27,12 +27,13 @@
 // every accumulator element receives its additions in one fixed order: the key blocks
 // visiting m in decreasing order. With a causal or sliding-window mask the highest of them is
 // the first to reach m (it starts nearest the diagonal), so the turns follow the arrival
-// order and nobody waits long; without a mask every block reaches m at the same step and the
-// waits form a staircase of one dQ addition per key block. The block computes its dQ share
-// before waiting (thread 0's first look at the turn counter is in flight meanwhile): the wait
-// covers only the atomics; it passes the turn on at the next barrier it meets anyway. Key
-// blocks are numbered backwards from blockIdx.x, so a block only waits for blocks of the same
-// (head, batch) dispatched before it, which are resident or done.
+// order and nobody waits long; without a mask every block reaches m at the same step, and
+// blocks of one (head, batch) that started together would wait in a staircase of one dQ
+// addition per key block: bwd_block_order.cuh starts them far apart instead. The block computes
+// its dQ share before waiting (thread 0's first look at the turn counter is in flight
+// meanwhile): the wait covers only the atomics; it passes the turn on at the next barrier it
+// meets anyway. A block only waits for blocks of the same (head, batch) started before it
+// (bwd_block_order.cuh), which are resident or done.
 #pragma once
 
 #include <math_constants.h>
@@ -42,6 +43,7 @@
 
 #include "core/mask.hpp"
 #include "core/params.hpp"
+#include "cuda/bwd_block_order.cuh"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/atomics.cuh"
@@ -130,9 +132,10 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int n = gridDim.x - 1 - blockIdx.x;  // backwards: see the deterministic mode
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
+  const BwdBlock block = bwd_block(p.deterministic);  // bwd_block_order.cuh
+  const int n = block.n;
+  const int hk = block.hk;
+  const int b = block.b;
 
   // This sequence: its query rows, all its key rows (dK/dV are written for each of them,
   // zero past seqused_k) and the keys it attends.

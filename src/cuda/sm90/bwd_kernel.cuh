@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "core/params.hpp"
+#include "cuda/bwd_block_order.cuh"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/atomics.cuh"
@@ -112,9 +113,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
-  const int n = gridDim.x - 1 - blockIdx.x;  // backwards: see the sm80 kernel's deterministic mode
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
+  const BwdBlock block = bwd_block(p.deterministic);  // bwd_block_order.cuh
+  const int n = block.n;
+  const int hk = block.hk;
+  const int b = block.b;
 
   const bool varlen = p.cu_seqlens_q != nullptr;
   int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
@@ -235,16 +237,13 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
                                                   QRows::advance(q_rows_desc, ks), ks > 0);
     }
+    wg::commit_group();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
                                                   QRows::advance(do_rows_desc, ks), ks > 0);
     }
     wg::commit_group();
-    wg::wait_group<0>();
-    wg::fence_operands(s);
-    wg::fence_operands(dp);
-
     // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
     // key key0 + frag_row + 8 * (i / 2 % 2), query sdp_query0 + 8 * (i / 4) + frag_col + i % 2.
     // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
@@ -267,21 +266,51 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         drop[part].apply(*reinterpret_cast<float(*)[kMaskNT][4]>(&x[4 * kMaskNT * part]));
       }
     };
-    dropout_apply(dp);
-#pragma unroll
-    for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+    // Where (key, query) element i of the share stands: its distance to the query's diagonal
+    // and whether the mask shows it.
+    auto element_at = [&](int i, int& column, int& distance) {
       const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
-      const int column = sdp_query0 + 8 * (i / 4) + frag_col + i % 2;
-      const int distance = m0 + column + key_shift - key;
+      column = sdp_query0 + 8 * (i / 4) + frag_col + i % 2;
+      distance = m0 + column + key_shift - key;
       bool visible = true;
       if constexpr (std::decay_t<decltype(masked)>::value) {
         visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
                   (p.window_right < 0 || distance >= -p.window_right);
       }
-      const sm80::thread::BwdElement el = sm80::thread::bwd_element(
-          s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
-      s[i] = el.p;
-      dp[i] = el.ds;
+      return visible;
+    };
+    if (sc.softcap_pre == 0.f) {
+      // P^T while dP^T is still being multiplied.
+      wg::wait_group<1>();
+      wg::fence_operands(s);
+#pragma unroll
+      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+        int column, distance;
+        const bool visible = element_at(i, column, distance);
+        s[i] = sm80::thread::bwd_probability(s[i], lse2[column], sc, alibi_raw, distance,
+                                             visible);
+      }
+      wg::wait_group<0>();
+      wg::fence_operands(dp);
+      dropout_apply(dp);
+#pragma unroll
+      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+        dp[i] = s[i] * (dp[i] - dsum[sdp_query0 + 8 * (i / 4) + frag_col + i % 2]);
+      }
+    } else {
+      wg::wait_group<0>();
+      wg::fence_operands(s);
+      wg::fence_operands(dp);
+      dropout_apply(dp);
+#pragma unroll
+      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+        int column, distance;
+        const bool visible = element_at(i, column, distance);
+        const sm80::thread::BwdElement el = sm80::thread::bwd_element(
+            s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
+        s[i] = el.p;
+        dp[i] = el.ds;
+      }
     }
     dropout_apply(s);
     uint32_t pt[kMSteps][4], dst[kMSteps][4];
@@ -431,21 +460,53 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     release_turn();
   }
 
-  // Epilogue: dK (scaled) and dV rows of this thread's fragments; zero for keys nobody attends.
-  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));
-  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start));
+  // Epilogue: dK (scaled) and dV staged in shared memory (Q and dO are done), then written in
+  // 16-byte row chunks where the outputs allow, else element by element; zero for keys nobody
+  // attends, nothing past key_rows.
+  static_assert(2 * KTile::kBytes <= 4 * QTile::kBytes, "dK and dV staged over Q and dO");
+  const uint32_t dk_stage = q_smem, dv_stage = q_smem + KTile::kBytes;
+  __syncthreads();  // every warpgroup is done with Q and dO
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int key = n0 + key0 + frag_row + 8 * half;
-    if (key < key_rows) {
+    const int row = key0 + frag_row + 8 * half;
 #pragma unroll
-      for (int j = 0; j < S::kKvCols / 8; ++j) {
-        const int col = kv_col0 + 8 * j + frag_col;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          dk_out[key * p.dk.row_stride + col + e] = static_cast<T>(dk[4 * j + 2 * half + e] * p.scale);
-          dv_out[key * p.dv.row_stride + col + e] = static_cast<T>(dv[4 * j + 2 * half + e]);
-        }
+    for (int j = 0; j < S::kKvCols / 8; ++j) {
+      const uint32_t offset = KTile::byte_offset(row, kv_col0 + 8 * j + frag_col);
+      const int i = 4 * j + 2 * half;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dk_stage + offset),
+                   "r"(prim::thread::pack2<T>(dk[i] * p.scale, dk[i + 1] * p.scale))
+                   : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dv_stage + offset),
+                   "r"(prim::thread::pack2<T>(dv[i], dv[i + 1]))
+                   : "memory");
+    }
+  }
+  __syncthreads();
+  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
+  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
+  const unsigned char* staged = smem_raw + (dk_stage - raw_addr);
+  const int rows = min(kBlockN, key_rows - n0);
+  auto chunks_fit = [](const T* out, int64_t row_stride) {
+    return reinterpret_cast<uintptr_t>(out) % 16 == 0 && row_stride % 8 == 0;
+  };
+  if (chunks_fit(dk_out, p.dk.row_stride) && chunks_fit(dv_out, p.dv.row_stride)) {
+    constexpr int kChunks = kBlockN * D / 8;
+    for (int c = tid; c < 2 * kChunks; c += S::kThreads) {
+      const int tile = c / kChunks, row = c % kChunks / (D / 8), chunk = c % (D / 8);
+      if (row < rows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + tile * KTile::kBytes +
+                                                        KTile::byte_offset(row, 8 * chunk));
+        T* out = tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride;
+        *reinterpret_cast<uint4*>(out + 8 * chunk) = v;
+      }
+    }
+  } else {
+    for (int e = tid; e < 2 * kBlockN * D; e += S::kThreads) {
+      const int tile = e / (kBlockN * D), row = e % (kBlockN * D) / D, col = e % D;
+      if (row < rows) {
+        const T v = *reinterpret_cast<const T*>(staged + tile * KTile::kBytes +
+                                                KTile::byte_offset(row, col));
+        (tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride)[col] = v;
       }
     }
   }
