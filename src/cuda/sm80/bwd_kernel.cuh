@@ -132,10 +132,9 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const BwdBlock block = bwd_block(p.deterministic);  // bwd_block_order.cuh
-  const int n = block.n;
-  const int hk = block.hk;
-  const int b = block.b;
+  const int n = bwd_key_block(p.deterministic);  // bwd_block_order.cuh
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
 
   // This sequence: its query rows, all its key rows (dK/dV are written for each of them,
   // zero past seqused_k) and the keys it attends.

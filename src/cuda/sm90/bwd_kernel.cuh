@@ -113,10 +113,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
-  const BwdBlock block = bwd_block(p.deterministic);  // bwd_block_order.cuh
-  const int n = block.n;
-  const int hk = block.hk;
-  const int b = block.b;
+  const int n = bwd_key_block(p.deterministic);  // bwd_block_order.cuh
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
 
   const bool varlen = p.cu_seqlens_q != nullptr;
   int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
@@ -216,7 +215,15 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   float dk[S::kKvCols / 2], dv[S::kKvCols / 2];
 #pragma unroll
   for (int i = 0; i < S::kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
-  int32_t* unreleased = nullptr;
+  int32_t* unreleased = nullptr;  // deterministic: the dQ turn this block has yet to pass on
+  // The turn after our dQ additions, given after a barrier that follows them in every thread
+  // (the barrier orders the additions before thread 0's release; see the sm80 kernel). Its
+  // wait for the additions to land stalls thread 0's warpgroup, so a step gives it once its
+  // first products are issued, while they run.
+  auto release_turn = [&]() {
+    if (unreleased != nullptr && tid == 0) prim::add_release(unreleased, 1);
+    unreleased = nullptr;
+  };
 
   auto step = [&](auto masked, int h, int m, int buffer, int turn) {
     const int m0 = m * kBlockM;
@@ -244,6 +251,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                                                   QRows::advance(do_rows_desc, ks), ks > 0);
     }
     wg::commit_group();
+    release_turn();  // the previous step's, after this step's first barrier
     // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
     // key key0 + frag_row + 8 * (i / 2 % 2), query sdp_query0 + 8 * (i / 4) + frag_col + i % 2.
     // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
@@ -407,10 +415,6 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     }
     unreleased = turn_counter;
   };
-  auto release_turn = [&]() {
-    if (unreleased != nullptr && tid == 0) prim::add_release(unreleased, 1);
-    unreleased = nullptr;
-  };
 
   const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
   const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
@@ -437,7 +441,6 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     prim::thread::cp_async_wait<0>();
     wg::fence_proxy_async_shared();
     __syncthreads();  // this block's Q, dO landed; every warpgroup is done with the other buffer
-    release_turn();
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
