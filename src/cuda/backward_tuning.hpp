@@ -98,35 +98,41 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // block_n = 128 each warpgroup owns 64 keys (the key split); with block_n = 64 (d = 256, whose
 // dK and dV would not fit one warpgroup's registers) both own all keys and split the head dim
 // (the column split). block_n is the sm80 table's, so the deterministic order of the dQ
-// additions is the same whichever kernel runs.
+// additions is the same whichever kernel runs. dq_writer (key split only): a third warpgroup
+// adds dQ into the accumulator from a shared-memory stash; it costs the MMA warpgroups
+// registers (240 instead of 255), which 128-query S^T and dP^T (block_m 128) cannot spare.
 struct BwdSm90Tile {
   int block_m;
   int block_n;
-  int warps;
+  int warps;  // of the MMA warpgroups
+  bool dq_writer;
 };
 
 constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 8};
-    case 128: return {64, 128, 8};
-    case 256: return {64, 64, 8};
-    default: return {0, 0, 0};
+    case 64: return {128, 128, 8, false};
+    case 128: return {64, 128, 8, true};
+    case 256: return {64, 64, 8, false};
+    default: return {0, 0, 0, false};
   }
 }
 
 constexpr bool bwd_sm90_has(int head_dim) { return bwd_sm90_tile(head_dim).block_m != 0; }
 
 // Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T (and
-// P^T in the column split), and the rows' lse and D double-buffered.
+// P^T in the column split), the rows' lse and D double-buffered, and the dQ writer's two fp32
+// stashes (rows padded by 8 floats).
 constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t) {
+  const bool key_split = t.block_n == 128;
   return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 +
-         (t.block_n == 128 ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m;
+         (key_split ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m +
+         (t.dq_writer ? 2 * t.block_m * (head_dim + 8) * 4 : 0);
 }
 
 constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
   return head_dim % 64 == 0 && t.warps == 8 && (t.block_m == 64 || t.block_m == 128) &&
          (t.block_n == 128 || (t.block_n == 64 && head_dim % 128 == 0 && t.block_m == 64)) &&
-         t.block_n == bwd_sm80_tile(head_dim).block_n &&
+         t.block_n == bwd_sm80_tile(head_dim).block_n && (t.block_n == 128 || !t.dq_writer) &&
          bwd_sm90_smem_bytes(head_dim, t) <= kBwdSmemMax;
 }
 

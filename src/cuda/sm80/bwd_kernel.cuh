@@ -132,9 +132,11 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int n = bwd_key_block(p.deterministic);  // bwd_block_order.cuh
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
+  const BwdBlock block =  // bwd_block_order.cuh
+      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0);
+  const int n = block.n;
+  const int hk = block.hk;
+  const int b = block.b;
 
   // This sequence: its query rows, all its key rows (dK/dV are written for each of them,
   // zero past seqused_k) and the keys it attends.

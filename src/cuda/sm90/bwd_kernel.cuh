@@ -42,11 +42,13 @@
 #include "cuda/prim/atomics.cuh"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
+#include "cuda/prim/named_barrier.cuh"
 #include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/tile_copy.cuh"
+#include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
 #include "cuda/sm90/wgmma_descriptor.cuh"
@@ -59,8 +61,22 @@ struct BwdShape {
   static_assert(bwd_sm90_tile_valid(D, kTile), "invalid sm90 backward tile");
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
-  static constexpr int kThreads = 32 * kTile.warps;
   static constexpr bool kKeySplit = kBlockN == 128;
+  // The dQ writer (bwd_sm90_tile): a third warpgroup takes each step's dQ from a
+  // double-buffered fp32 stash and adds it into the accumulator, in turn in the deterministic
+  // mode, so that the MMA warpgroups neither issue the atomics nor wait for turns. Without it
+  // the MMA warpgroups add dQ themselves.
+  static constexpr bool kDqWriter = kTile.dq_writer;
+  static constexpr int kMmaThreads = 32 * kTile.warps;
+  static constexpr int kThreads = kMmaThreads + (kDqWriter ? 128 : 0);
+  // Registers per thread after the reallocation (registers.cuh): 2 x 128 x 240 + 128 x 24
+  // fits the 64K register file.
+  static constexpr int kMmaRegisters = 240;
+  static constexpr int kWriterRegisters = 24;
+  // Stash rows are padded by 8 floats: a warp's fragment store then covers the 32 banks in the
+  // minimum two wavefronts.
+  static constexpr int kStashStride = D + 8;
+  static constexpr int kStashBytes = kDqWriter ? kBlockM * kStashStride * 4 : 0;
   // A warpgroup's share of each product (rows x columns; the rows are always 64).
   static constexpr int kSdpQueries = kKeySplit ? kBlockM : kBlockM / 2;  // S^T, dP^T
   static constexpr int kKvCols = kKeySplit ? D : D / 2;                   // dK, dV
@@ -72,7 +88,7 @@ struct BwdShape {
   static constexpr int kPTiles = kKeySplit ? 1 : 2;
   static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;  // [buffer][lse2 | D] per row
   static constexpr int kSmemBytes = QTile::kAlignment + 4 * QTile::kBytes + 2 * KTile::kBytes +
-                                    kPTiles * PTile::kBytes + kStatsBytes;
+                                    kPTiles * PTile::kBytes + kStatsBytes + 2 * kStashBytes;
   static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
 
@@ -95,6 +111,10 @@ __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&
   }
 }
 
+// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, and per stash
+// buffer "full" (MMA warpgroups arrive, the writer waits) and "empty" (the other way round).
+enum BwdBarrier : int { kMmaBarrier = 1, kStashFull = 2, kStashEmpty = 4, kWriterBarrier = 6 };
+
 template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const sm80::FwdScores sc,
@@ -113,9 +133,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
-  const int n = bwd_key_block(p.deterministic);  // bwd_block_order.cuh
-  const int hk = blockIdx.y;
-  const int b = blockIdx.z;
+  const BwdBlock block =  // bwd_block_order.cuh
+      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0);
+  const int n = block.n;
+  const int hk = block.hk;
+  const int b = block.b;
 
   const bool varlen = p.cu_seqlens_q != nullptr;
   int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
@@ -161,14 +183,15 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
   float* stats = reinterpret_cast<float*>(
       smem_raw + (ds_smem + S::kPTiles * PTile::kBytes - raw_addr));
+  const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
 
   auto load_q_do = [&](int g, int m, int buffer) {
     const int h = hk * group + g;
     const int m0 = m * kBlockM;
-    sm80::block::copy_tile_async<kBlockM, D, S::kThreads>(
+    sm80::block::copy_tile_async<kBlockM, D, S::kMmaThreads>(
         q_smem + buffer * QTile::kBytes, base(p.q, h, q_start) + m0 * p.q.row_stride,
         p.q.row_stride, seqlen_q - m0, tid);
-    sm80::block::copy_tile_async<kBlockM, D, S::kThreads>(
+    sm80::block::copy_tile_async<kBlockM, D, S::kMmaThreads>(
         do_smem + buffer * QTile::kBytes, base(p.dout, h, q_start) + m0 * p.dout.row_stride,
         p.dout.row_stride, seqlen_q - m0, tid);
   };
@@ -225,7 +248,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     unreleased = nullptr;
   };
 
-  auto step = [&](auto masked, int h, int m, int buffer, int turn) {
+  auto step = [&](auto masked, int h, int m, int iteration, int turn) {
+    const int buffer = iteration % 2;
     const int m0 = m * kBlockM;
     const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
@@ -357,11 +381,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     }
     int32_t* turn_counter = nullptr;
     int seen = -1;
-    if (p.deterministic) {
+    if (!S::kDqWriter && p.deterministic) {
       turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
       if (tid == 0) seen = prim::load_acquire(turn_counter);  // in flight during dQ
     }
-    __syncthreads();  // dS^T (and P^T) complete
+    prim::named_sync(kMmaBarrier, S::kMmaThreads);  // dS^T (and P^T) complete
 
     wg::fence();
     if constexpr (!S::kKeySplit) {
@@ -395,34 +419,110 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       wg::fence_operands(dst[ks]);
     }
 
-    if (p.deterministic) {
-      if (tid == 0) {
-        while (seen != turn) seen = prim::load_acquire(turn_counter);
-      }
-      __syncthreads();  // our turn to add into dQ
-    }
-    float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+    if constexpr (S::kDqWriter) {
+      // To the stash the writer read two steps ago, then tell it.
+      const uint32_t stash = stash_smem + buffer * S::kStashBytes;
+      if (iteration >= 2) prim::named_sync(kStashEmpty + buffer, S::kThreads);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = dq_query0 + frag_row + 8 * half;
-      if (m0 + row < seqlen_q) {
+      for (int half = 0; half < 2; ++half) {
+        const int row = dq_query0 + frag_row + 8 * half;
 #pragma unroll
         for (int j = 0; j < S::kDqCols / 8; ++j) {
-          prim::add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + frag_col,
-                         dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+          const int col = dq_col0 + 8 * j + frag_col;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                           stash + 4 * (row * S::kStashStride + col)),
+                       "f"(dq[4 * j + 2 * half]), "f"(dq[4 * j + 2 * half + 1])
+                       : "memory");
+        }
+      }
+      prim::named_arrive(kStashFull + buffer, S::kThreads);
+    } else {
+      if (p.deterministic) {
+        if (tid == 0) {
+          while (seen != turn) seen = prim::load_acquire(turn_counter);
+        }
+        prim::named_sync(kMmaBarrier, S::kMmaThreads);  // our turn to add into dQ
+      }
+      float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = dq_query0 + frag_row + 8 * half;
+        if (m0 + row < seqlen_q) {
+#pragma unroll
+          for (int j = 0; j < S::kDqCols / 8; ++j) {
+            prim::add_pair(accum + row * accum_row_stride + dq_col0 + 8 * j + frag_col,
+                           dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+          }
         }
       }
     }
     unreleased = turn_counter;
   };
 
+  // The mainloop's order: the visited query blocks of query head 0 of the group, then of
+  // head 1, ... (the MMA warpgroups and the writer walk it alike).
+  const int m_first = first_visited(0);
+  auto advance = [&](int& g, int& m) {
+    m = first_visited(m + 1);
+    if (m >= m_blocks) {
+      ++g;
+      m = g < group ? m_first : m_blocks;
+    }
+  };
+
+  if constexpr (S::kDqWriter) {
+    if (group_index == 2) {
+      wg::lower_registers<S::kWriterRegisters>();
+      // Each step: wait for the stash (and, deterministic, first for the turn: thread 0 spins
+      // before the barrier that releases the other writer threads), add it into the
+      // accumulator with 16-byte atomics, free the stash, and pass the turn on once the
+      // additions are issued by every writer thread.
+      const int writer_tid = tid - S::kMmaThreads;
+      int g = 0, m = m_first;
+      for (int iteration = 0; m < m_blocks; ++iteration) {
+        const int buffer = iteration % 2;
+        const int h = hk * group + g;
+        const int m0 = m * kBlockM;
+        int32_t* counter = nullptr;
+        if (p.deterministic) {
+          counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+          const int turn = blocks_of(m).end - 1 - n;
+          if (writer_tid == 0) {
+            while (prim::load_acquire(counter) != turn) {
+            }
+          }
+        }
+        prim::named_sync(kStashFull + buffer, S::kThreads);
+        const float* stash = reinterpret_cast<const float*>(
+            smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
+        float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+        const int rows = min(kBlockM, seqlen_q - m0);
+#pragma unroll 4
+        for (int q = writer_tid; q < kBlockM * D / 4; q += 128) {
+          const int row = q / (D / 4), col = 4 * (q % (D / 4));
+          if (row < rows) {
+            atomicAdd(reinterpret_cast<float4*>(accum + row * accum_row_stride + col),
+                      *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
+          }
+        }
+        prim::named_arrive(kStashEmpty + buffer, S::kThreads);
+        if (p.deterministic) {
+          prim::named_sync(kWriterBarrier, 128);
+          if (writer_tid == 0) prim::add_release(counter, 1);
+        }
+        advance(g, m);
+      }
+      return;
+    }
+    wg::raise_registers<S::kMmaRegisters>();
+  }
+
   const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
   const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
-  sm80::block::copy_tile_async<kBlockN, D, S::kThreads>(k_smem, k, p.k.row_stride, seqlen_k - n0,
-                                                        tid);
-  sm80::block::copy_tile_async<kBlockN, D, S::kThreads>(v_smem, v, p.v.row_stride, seqlen_k - n0,
-                                                        tid);
-  const int m_first = first_visited(0);
+  sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(k_smem, k, p.k.row_stride,
+                                                           seqlen_k - n0, tid);
+  sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(v_smem, v, p.v.row_stride,
+                                                           seqlen_k - n0, tid);
   if (m_first < m_blocks) {
     load_q_do(0, m_first, 0);
     if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);
@@ -433,14 +533,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   constexpr std::false_type unmasked{};
   int g = 0, m = m_first, iteration = 0;
   while (m < m_blocks) {
-    int next_g = g, next_m = first_visited(m + 1);
-    if (next_m >= m_blocks) {
-      next_g = g + 1;
-      next_m = next_g < group ? m_first : m_blocks;
-    }
+    int next_g = g, next_m = m;
+    advance(next_g, next_m);
     prim::thread::cp_async_wait<0>();
     wg::fence_proxy_async_shared();
-    __syncthreads();  // this block's Q, dO landed; every warpgroup is done with the other buffer
+    // This block's Q, dO landed; every warpgroup is done with the other buffer.
+    prim::named_sync(kMmaBarrier, S::kMmaThreads);
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
@@ -448,9 +546,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const int h = hk * group + g;
     const int turn = kb.end - 1 - n;
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
-      step(unmasked, h, m, iteration % 2, turn);
+      step(unmasked, h, m, iteration, turn);
     } else {
-      step(masked, h, m, iteration % 2, turn);
+      step(masked, h, m, iteration, turn);
     }
     if (tid < 2 * kBlockM) stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
     g = next_g;
@@ -458,8 +556,13 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     ++iteration;
   }
   prim::thread::cp_async_wait<0>();
-  if (unreleased != nullptr) {
-    __syncthreads();
+  if constexpr (S::kDqWriter) {
+    // Complete the phases of the writer's last "empty" arrivals.
+    for (int i = iteration < 2 ? 0 : iteration - 2; i < iteration; ++i) {
+      prim::named_sync(kStashEmpty + i % 2, S::kThreads);
+    }
+  } else if (unreleased != nullptr) {
+    prim::named_sync(kMmaBarrier, S::kMmaThreads);
     release_turn();
   }
 
@@ -468,7 +571,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   // attends, nothing past key_rows.
   static_assert(2 * KTile::kBytes <= 4 * QTile::kBytes, "dK and dV staged over Q and dO");
   const uint32_t dk_stage = q_smem, dv_stage = q_smem + KTile::kBytes;
-  __syncthreads();  // every warpgroup is done with Q and dO
+  prim::named_sync(kMmaBarrier, S::kMmaThreads);  // every warpgroup is done with Q and dO
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = key0 + frag_row + 8 * half;
@@ -484,7 +587,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                    : "memory");
     }
   }
-  __syncthreads();
+  prim::named_sync(kMmaBarrier, S::kMmaThreads);
   T* dk_out = const_cast<T*>(base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
   T* dv_out = const_cast<T*>(base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
   const unsigned char* staged = smem_raw + (dk_stage - raw_addr);
@@ -494,7 +597,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   };
   if (chunks_fit(dk_out, p.dk.row_stride) && chunks_fit(dv_out, p.dv.row_stride)) {
     constexpr int kChunks = kBlockN * D / 8;
-    for (int c = tid; c < 2 * kChunks; c += S::kThreads) {
+    for (int c = tid; c < 2 * kChunks; c += S::kMmaThreads) {
       const int tile = c / kChunks, row = c % kChunks / (D / 8), chunk = c % (D / 8);
       if (row < rows) {
         const uint4 v = *reinterpret_cast<const uint4*>(staged + tile * KTile::kBytes +
@@ -504,7 +607,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       }
     }
   } else {
-    for (int e = tid; e < 2 * kBlockN * D; e += S::kThreads) {
+    for (int e = tid; e < 2 * kBlockN * D; e += S::kMmaThreads) {
       const int tile = e / (kBlockN * D), row = e % (kBlockN * D) / D, col = e % D;
       if (row < rows) {
         const T v = *reinterpret_cast<const T*>(staged + tile * KTile::kBytes +
