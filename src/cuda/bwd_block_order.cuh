@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "core/platform.hpp"
+
 namespace flashattn::cuda {
 
 inline constexpr int kBwdInterleave = 4;
@@ -26,24 +28,28 @@ struct BwdBlock {
   int b;   // batch entry
 };
 
-// `masked`: a causal or sliding-window mask (either window bound set).
-__device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked) {
-  if (!deterministic || masked) {
-    const int n = static_cast<int>(deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-    return {n, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
-  }
-  const int key_blocks = static_cast<int>(gridDim.x);
-  const int64_t pairs = static_cast<int64_t>(gridDim.y) * gridDim.z;
-  const int64_t linear =
-      blockIdx.x + static_cast<int64_t>(key_blocks) * (blockIdx.y + gridDim.y * blockIdx.z);
+// The block at grid index (x, y, z) of a (key_blocks, heads, batch) grid; `masked`: a causal
+// or sliding-window mask (either window bound set).
+FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int heads, int batch,
+                                     bool deterministic, bool masked) {
+  if (!deterministic || masked) return {deterministic ? key_blocks - 1 - x : x, y, z};
+  const int64_t pairs = static_cast<int64_t>(heads) * batch;
+  const int64_t linear = x + static_cast<int64_t>(key_blocks) * (y + static_cast<int64_t>(heads) * z);
   const int64_t chunk = linear / (static_cast<int64_t>(key_blocks) * kBwdInterleave);
   const int64_t first_pair = chunk * kBwdInterleave;
   const int in_chunk = static_cast<int>(pairs - first_pair < kBwdInterleave ? pairs - first_pair
                                                                             : kBwdInterleave);
   const int within = static_cast<int>(linear - first_pair * key_blocks);
   const int64_t pair = first_pair + within % in_chunk;
-  return {key_blocks - 1 - within / in_chunk, static_cast<int>(pair % gridDim.y),
-          static_cast<int>(pair / gridDim.y)};
+  return {key_blocks - 1 - within / in_chunk, static_cast<int>(pair % heads),
+          static_cast<int>(pair / heads)};
 }
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked) {
+  return bwd_block_at(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
+                      deterministic, masked);
+}
+#endif
 
 }  // namespace flashattn::cuda

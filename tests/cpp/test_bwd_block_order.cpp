@@ -1,0 +1,99 @@
+// The backward kernels' block order (src/cuda/bwd_block_order.cuh), checked on the CPU: every
+// grid index owns a distinct (key block, head, batch entry); in the deterministic mode a block
+// only waits on blocks that start before it (the higher key blocks of its pair have smaller
+// linear indices), which is what keeps the turn-taking free of deadlock; and the orders are
+// the ones the comments promise.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "cuda/bwd_block_order.cuh"
+
+namespace {
+
+using flashattn::cuda::bwd_block_at;
+using flashattn::cuda::BwdBlock;
+using flashattn::cuda::kBwdInterleave;
+
+struct Grid {
+  int key_blocks, heads, batch;
+};
+
+// Linear index (x fastest) of every block, keyed by what it owns.
+std::map<std::tuple<int, int, int>, int64_t> owners(const Grid& g, bool deterministic,
+                                                    bool masked) {
+  std::map<std::tuple<int, int, int>, int64_t> owned;
+  for (int z = 0; z < g.batch; ++z) {
+    for (int y = 0; y < g.heads; ++y) {
+      for (int x = 0; x < g.key_blocks; ++x) {
+        const BwdBlock b =
+            bwd_block_at(x, y, z, g.key_blocks, g.heads, g.batch, deterministic, masked);
+        EXPECT_TRUE(b.n >= 0 && b.n < g.key_blocks && b.hk >= 0 && b.hk < g.heads && b.b >= 0 &&
+                    b.b < g.batch);
+        const int64_t linear = x + static_cast<int64_t>(g.key_blocks) * (y + g.heads * z);
+        EXPECT_TRUE(owned.emplace(std::make_tuple(b.n, b.hk, b.b), linear).second)
+            << "two blocks own key block " << b.n << " of head " << b.hk << ", batch " << b.b;
+      }
+    }
+  }
+  EXPECT_EQ(owned.size(), static_cast<size_t>(g.key_blocks) * g.heads * g.batch);
+  return owned;
+}
+
+const Grid kGrids[] = {{1, 1, 1}, {8, 16, 16}, {8, 3, 2}, {5, 7, 1}, {128, 1, 1}, {3, 1, 9}};
+
+TEST(BwdBlockOrder, EveryBlockOwnsADistinctTile) {
+  for (const Grid& g : kGrids) {
+    for (const bool deterministic : {false, true}) {
+      for (const bool masked : {false, true}) owners(g, deterministic, masked);
+    }
+  }
+}
+
+TEST(BwdBlockOrder, DeterministicWaitsOnlyOnEarlierBlocks) {
+  for (const Grid& g : kGrids) {
+    for (const bool masked : {false, true}) {
+      const auto owned = owners(g, true, masked);
+      for (const auto& [tile, linear] : owned) {
+        const auto [n, hk, b] = tile;
+        for (int higher = n + 1; higher < g.key_blocks; ++higher) {
+          EXPECT_LT(owned.at(std::make_tuple(higher, hk, b)), linear)
+              << "key block " << n << " would wait on key block " << higher
+              << " that starts after it";
+        }
+      }
+    }
+  }
+}
+
+TEST(BwdBlockOrder, DefaultStartsWithTheLowestKeyBlockOfEachPair) {
+  const Grid g{8, 3, 2};
+  const auto owned = owners(g, false, false);
+  for (const auto& [tile, linear] : owned) {
+    const auto [n, hk, b] = tile;
+    EXPECT_EQ(linear, n + g.key_blocks * (hk + g.heads * b));
+  }
+  EXPECT_EQ(owners(g, false, true), owned);
+}
+
+TEST(BwdBlockOrder, DeterministicInterleavesPairsOnlyWithoutAMask) {
+  const Grid g{8, 16, 16};
+  const auto masked = owners(g, true, true);
+  for (const auto& [tile, linear] : masked) {
+    const auto [n, hk, b] = tile;
+    EXPECT_EQ(linear, (g.key_blocks - 1 - n) + g.key_blocks * (hk + g.heads * b));
+  }
+  // Without a mask consecutive key blocks of a pair start kBwdInterleave blocks apart.
+  const auto unmasked = owners(g, true, false);
+  for (const auto& [tile, linear] : unmasked) {
+    const auto [n, hk, b] = tile;
+    if (n + 1 < g.key_blocks) {
+      EXPECT_EQ(linear - unmasked.at(std::make_tuple(n + 1, hk, b)), kBwdInterleave);
+    }
+  }
+}
+
+}  // namespace
