@@ -151,12 +151,17 @@ Status check_backward(const core::BackwardParams& p, int device) {
   return check_on_device(p, device, nullptr);
 }
 
+// The workspace is used from its first 256-byte boundary on (the kernels' vector loads and
+// atomics need aligned buffers; the caller's pointer may be anywhere), hence the slack.
+constexpr size_t kWorkspaceAlignment = 256;
+
 size_t backward_workspace_size(const core::BackwardParams& p) {
   BwdPlan plan;
   if (!plan_of(p, &plan).ok()) return 0;
   const size_t kernel_bytes =
       bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim)).total;
-  return kernel_bytes + (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
+  return kWorkspaceAlignment + kernel_bytes +
+         (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }
 
 Status backward(const core::BackwardParams& p, void* stream_ptr) {
@@ -174,15 +179,20 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   }
   BwdPlan plan;
   plan_of(p, &plan);
+  core::BackwardParams aligned = p;
+  const auto address = reinterpret_cast<uintptr_t>(p.workspace);
+  const size_t shift = (kWorkspaceAlignment - address % kWorkspaceAlignment) % kWorkspaceAlignment;
+  aligned.workspace = static_cast<char*>(p.workspace) + shift;
+  aligned.workspace_bytes = p.workspace_bytes - shift;
   auto run = [&](const core::BackwardParams& q) {
     const BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim));
     return q.dtype == core::ElementType::kF16
                ? run_typed<__half>(q, w, limits.sm90a, stream)
                : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);
   };
-  if (!plan.padded) return run(p);
+  if (!plan.padded) return run(aligned);
   core::BackwardParams padded;
-  Status s = bwd_pad_inputs(p, plan.head_dim, stream, &padded);
+  Status s = bwd_pad_inputs(aligned, plan.head_dim, stream, &padded);
   if (!s.ok()) return s;
   s = run(padded);
   if (!s.ok()) return s;

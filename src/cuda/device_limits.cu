@@ -13,8 +13,18 @@ namespace flashattn::cuda {
 namespace {
 
 // Compiled like every kernel, for each architecture of the build: the code the runtime picks
-// for a device tells which of them it runs.
-__global__ void architecture_probe() {}
+// for a device tells which of them it runs. Only the sm_90a pass (the one that compiles the
+// wgmma kernels' bodies; a plain sm_90 pass reports binary version 90 too) gives it a static
+// shared array, which its attributes show.
+constexpr int kSm90aMarkerBytes = 256;
+
+__global__ void architecture_probe(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ volatile int marker[kSm90aMarkerBytes / 4];
+  marker[threadIdx.x % (kSm90aMarkerBytes / 4)] = 1;
+  if (out != nullptr) *out = marker[0];
+#endif
+}
 
 bool sm90_disabled_by_environment() {
   const char* value = std::getenv("FLASHATTN_DISABLE_SM90");
@@ -31,7 +41,8 @@ Status runs_sm90a(int device, const DeviceLimits& l, bool* sm90a) {
   const cudaError_t got = cudaFuncGetAttributes(&attributes, architecture_probe);
   FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
   FA_CUDA_RETURN_IF_ERROR(got);
-  *sm90a = attributes.binaryVersion == 90;
+  *sm90a = attributes.binaryVersion == 90 &&
+           attributes.sharedSizeBytes >= static_cast<size_t>(kSm90aMarkerBytes);
   return Status::Ok();
 }
 

@@ -16,7 +16,8 @@ struct DeviceLimits {
   int smem_per_sm = 0;
   // The device runs this build's sm_90a code (compute capability 9.0 and 90a among the build's
   // architectures), so the Hopper kernels may run; false when FLASHATTN_DISABLE_SM90 is set
-  // to a non-empty value other than 0 (to run and compare the sm80 kernels on a Hopper GPU).
+  // to a non-empty value other than 0 (to run and compare the sm80 kernels on a Hopper GPU;
+  // read once per device and process, at its first call).
   bool sm90a = false;
 };
 

@@ -21,10 +21,12 @@
 //     needed): A = dS^T read MN-major, B = K (MN-major); warpgroup w takes query rows
 //     [64w, 64w + 64) when the block has 128 of them, else head-dim columns [w d / 2, ...).
 //
-// Q, dO and the rows' lse / D are double-buffered with cp.async as in the sm80 kernel (its
-// tile copy writes the 128-byte-swizzle layout wgmma reads); each buffer is made visible to
-// the async proxy (fence.proxy.async) before the barrier that publishes it. Per query block:
-// one barrier after the copy landed, one after dS^T is stored.
+// Q and dO are double-buffered with cp.async as in the sm80 kernel (its tile copy writes the
+// 128-byte-swizzle layout wgmma reads), the rows' lse and D staged through registers into a
+// double-buffered array; each buffer is made visible to the async proxy (fence.proxy.async)
+// before the barrier that publishes it. Per query block the MMA warpgroups meet at two named
+// barriers (after the copy landed, after dS^T is stored), plus, with the dQ writer, the stash
+// handoff (below), or without it, in the deterministic mode, one before their dQ additions.
 //
 // The body is compiled in the sm_90a device pass only; the dispatch (backward.cu) runs this
 // kernel only on a device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t k_smem = do_smem + 2 * QTile::kBytes;
   const uint32_t v_smem = k_smem + KTile::kBytes;
   const uint32_t ds_smem = v_smem + KTile::kBytes;
-  const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
+  const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only (else: the stats)
   float* stats = reinterpret_cast<float*>(
       smem_raw + (ds_smem + S::kPTiles * PTile::kBytes - raw_addr));
   const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
@@ -590,7 +592,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   prim::named_sync(kMmaBarrier, S::kMmaThreads);
   T* dk_out = const_cast<T*>(base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
   T* dv_out = const_cast<T*>(base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
-  const unsigned char* staged = smem_raw + (dk_stage - raw_addr);
+  const unsigned char* stage = smem_raw + (dk_stage - raw_addr);
   const int rows = min(kBlockN, key_rows - n0);
   auto chunks_fit = [](const T* out, int64_t row_stride) {
     return reinterpret_cast<uintptr_t>(out) % 16 == 0 && row_stride % 8 == 0;
@@ -600,19 +602,19 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     for (int c = tid; c < 2 * kChunks; c += S::kMmaThreads) {
       const int tile = c / kChunks, row = c % kChunks / (D / 8), chunk = c % (D / 8);
       if (row < rows) {
-        const uint4 v = *reinterpret_cast<const uint4*>(staged + tile * KTile::kBytes +
+        const uint4 chunk_value = *reinterpret_cast<const uint4*>(stage + tile * KTile::kBytes +
                                                         KTile::byte_offset(row, 8 * chunk));
         T* out = tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride;
-        *reinterpret_cast<uint4*>(out + 8 * chunk) = v;
+        *reinterpret_cast<uint4*>(out + 8 * chunk) = chunk_value;
       }
     }
   } else {
     for (int e = tid; e < 2 * kBlockN * D; e += S::kMmaThreads) {
       const int tile = e / (kBlockN * D), row = e % (kBlockN * D) / D, col = e % D;
       if (row < rows) {
-        const T v = *reinterpret_cast<const T*>(staged + tile * KTile::kBytes +
+        const T value = *reinterpret_cast<const T*>(stage + tile * KTile::kBytes +
                                                 KTile::byte_offset(row, col));
-        (tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride)[col] = v;
+        (tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride)[col] = value;
       }
     }
   }

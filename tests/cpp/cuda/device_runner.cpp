@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -217,15 +218,20 @@ Status run_on_device(const Args& host_args, Call call) {
   size_t workspace_bytes = 0;
   const Status sized = flashattn::workspace_size(args, Backend::kCuda, &workspace_bytes);
   DeviceBytes workspace;
+  // The backward gets a workspace 4 bytes past an allocation's start: it must not rely on
+  // the caller's alignment (its kernels use 16-byte atomics and loads there).
+  constexpr bool kMisaligned = std::is_same_v<Args, flashattn::BackwardArgs>;
+  const size_t offset = kMisaligned ? 4 : 0;
   if (sized.ok() && workspace_bytes > 0) {
-    FA_RETURN_IF_ERROR(workspace.allocate(workspace_bytes));
+    FA_RETURN_IF_ERROR(workspace.allocate(workspace_bytes + offset));
     FA_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(workspace.get(), kNanByte, workspace_bytes, stream.get()));
+        cudaMemsetAsync(workspace.get(), kNanByte, workspace_bytes + offset, stream.get()));
   }
   flashattn::Launch launch;
   launch.backend = Backend::kCuda;
   launch.stream = stream.get();
-  launch.workspace = workspace_bytes > 0 ? workspace.get() : nullptr;
+  launch.workspace =
+      workspace_bytes > 0 ? workspace.get() + offset : nullptr;
   launch.workspace_bytes = workspace_bytes;
   const Status ran = call(args, launch);
 
