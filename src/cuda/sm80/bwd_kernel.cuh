@@ -52,6 +52,7 @@
 #include "cuda/prim/mma.cuh"
 #include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
+#include "cuda/sm80/bwd_sequence.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/score_transform.cuh"
@@ -138,41 +139,13 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int hk = block.hk;
   const int b = block.b;
 
-  // This sequence: its query rows, all its key rows (dK/dV are written for each of them,
-  // zero past seqused_k) and the keys it attends.
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
-  int64_t q_start = 0, k_start = 0;
-  if (varlen) {
-    q_start = p.cu_seqlens_q[b];
-    k_start = p.cu_seqlens_k[b];
-    seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
-    key_rows = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
-  }
-  const int seqlen_k = p.seqused_k != nullptr ? p.seqused_k[b] : key_rows;
+  const BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
+  if (seq.empty()) return;
+  const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
+  const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;
+  const int m_blocks = seq.m_blocks;
   const int n0 = n * kBlockN;
-  if (n0 >= key_rows) return;
-  const int64_t q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;  // packed row
   const int group = p.nheads / p.nheads_k;
-
-  auto base = [&](const core::Operand& op, int head, int64_t start) {
-    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
-           head * op.head_stride;
-  };
-
-  const FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
-  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
-  auto blocks_of = [&](int m) {
-    return mask.blocks(m * kBlockM, min(kBlockM, seqlen_q - m * kBlockM), kBlockN);
-  };
-  auto visited = [&](int m) {
-    const KeyBlocks kb = blocks_of(m);
-    return n >= kb.begin && n < kb.end;
-  };
-  auto first_visited = [&](int m) {
-    while (m < m_blocks && !visited(m)) ++m;
-    return m;
-  };
 
   const uint32_t q_smem = prim::smem_addr(smem);
   const uint32_t do_smem = q_smem + 2 * QTile::kBytes;
@@ -185,25 +158,10 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   float* stats = reinterpret_cast<float*>(ds_bytes + PTile::kBytes);  // [buffer][lse2 | D]
 
   auto load_q_do = [&](int g, int m, int buffer) {
-    const int h = hk * group + g;
-    const int m0 = m * kBlockM;
-    block::copy_tile_async<kBlockM, D, S::kThreads>(
-        q_smem + buffer * QTile::kBytes, base(p.q, h, q_start) + m0 * p.q.row_stride,
-        p.q.row_stride, seqlen_q - m0, tid);
-    block::copy_tile_async<kBlockM, D, S::kThreads>(
-        do_smem + buffer * QTile::kBytes, base(p.dout, h, q_start) + m0 * p.dout.row_stride,
-        p.dout.row_stride, seqlen_q - m0, tid);
+    seq.template copy_q_do_async<D, S::kThreads>(p, hk * group + g, m, q_smem + buffer * QTile::kBytes,
+                                                do_smem + buffer * QTile::kBytes, tid);
   };
-
-  // The value thread `tid` stages for query block m of group head g: lse2 (tid < block_m) or
-  // D of one row; rows past the end get lse2 = +inf, D = 0, so their P and dS are 0.
-  auto load_stats = [&](int g, int m) {
-    const int query = m * kBlockM + tid % kBlockM;
-    const bool is_lse = tid < kBlockM;
-    if (tid >= 2 * kBlockM || query >= seqlen_q) return is_lse ? CUDART_INF_F : 0.f;
-    const int64_t row = (hk * group + g) * static_cast<int64_t>(p.total_q) + q_row0 + query;
-    return is_lse ? w.lse_log2[row] : w.dsum[row];
-  };
+  auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
 
   // The warp's shares (backward_tuning.hpp): first rows and columns.
   const int sdp_key0 = (warp % S::kTile.sdp_warps_n) * S::kSdpKeys;
@@ -346,11 +304,11 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   };
 
   // Prologue: K, V and the first query block's Q, dO in one commit group.
-  const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
-  const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
+  const T* k = seq.base(p.k, hk, k_start) + n0 * p.k.row_stride;
+  const T* v = seq.base(p.v, hk, k_start) + n0 * p.v.row_stride;
   block::copy_tile_async<kBlockN, D, S::kThreads>(k_smem, k, p.k.row_stride, seqlen_k - n0, tid);
   block::copy_tile_async<kBlockN, D, S::kThreads>(v_smem, v, p.v.row_stride, seqlen_k - n0, tid);
-  const int m_first = first_visited(0);
+  const int m_first = seq.first_visited(0);
   if (m_first < m_blocks) {
     load_q_do(0, m_first, 0);
     if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);
@@ -361,7 +319,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   constexpr std::false_type unmasked{};
   int g = 0, m = m_first, iteration = 0;
   while (m < m_blocks) {
-    int next_g = g, next_m = first_visited(m + 1);
+    int next_g = g, next_m = seq.first_visited(m + 1);
     if (next_m >= m_blocks) {
       next_g = g + 1;
       next_m = next_g < group ? m_first : m_blocks;
@@ -372,7 +330,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
-    const KeyBlocks kb = blocks_of(m);
+    const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
     const int turn = kb.end - 1 - n;
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
@@ -393,8 +351,8 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   }
 
   // Epilogue: dK (scaled) and dV rows of this warp's share, zero for keys nobody attends.
-  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start));
-  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start));
+  T* dk_out = const_cast<T*>(seq.base(p.dk, hk, k_start));
+  T* dv_out = const_cast<T*>(seq.base(p.dv, hk, k_start));
 #pragma unroll
   for (int i = 0; i < kKvMT; ++i) {
 #pragma unroll

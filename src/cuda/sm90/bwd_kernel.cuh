@@ -46,6 +46,7 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/named_barrier.cuh"
 #include "cuda/sm80/bwd_elementwise.cuh"
+#include "cuda/sm80/bwd_sequence.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/score_transform.cuh"
@@ -141,39 +142,13 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int hk = block.hk;
   const int b = block.b;
 
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  int seqlen_q = p.seqlen_q, key_rows = p.seqlen_k;
-  int64_t q_start = 0, k_start = 0;
-  if (varlen) {
-    q_start = p.cu_seqlens_q[b];
-    k_start = p.cu_seqlens_k[b];
-    seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
-    key_rows = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
-  }
-  const int seqlen_k = p.seqused_k != nullptr ? p.seqused_k[b] : key_rows;
+  const sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
+  if (seq.empty()) return;
+  const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
+  const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;
+  const int m_blocks = seq.m_blocks;
   const int n0 = n * kBlockN;
-  if (n0 >= key_rows) return;
-  const int64_t q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;
   const int group = p.nheads / p.nheads_k;
-
-  auto base = [&](const core::Operand& op, int head, int64_t start) {
-    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
-           head * op.head_stride;
-  };
-
-  const sm80::FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
-  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
-  auto blocks_of = [&](int m) {
-    return mask.blocks(m * kBlockM, min(kBlockM, seqlen_q - m * kBlockM), kBlockN);
-  };
-  auto visited = [&](int m) {
-    const sm80::KeyBlocks kb = blocks_of(m);
-    return n >= kb.begin && n < kb.end;
-  };
-  auto first_visited = [&](int m) {
-    while (m < m_blocks && !visited(m)) ++m;
-    return m;
-  };
 
   // Tiles on 1024-byte boundaries (the swizzle atom), in the order of kSmemBytes.
   const uint32_t raw_addr = prim::smem_addr(smem_raw);
@@ -188,23 +163,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
 
   auto load_q_do = [&](int g, int m, int buffer) {
-    const int h = hk * group + g;
-    const int m0 = m * kBlockM;
-    sm80::block::copy_tile_async<kBlockM, D, S::kMmaThreads>(
-        q_smem + buffer * QTile::kBytes, base(p.q, h, q_start) + m0 * p.q.row_stride,
-        p.q.row_stride, seqlen_q - m0, tid);
-    sm80::block::copy_tile_async<kBlockM, D, S::kMmaThreads>(
-        do_smem + buffer * QTile::kBytes, base(p.dout, h, q_start) + m0 * p.dout.row_stride,
-        p.dout.row_stride, seqlen_q - m0, tid);
+    seq.template copy_q_do_async<D, S::kMmaThreads>(p, hk * group + g, m, q_smem + buffer * QTile::kBytes,
+                                                do_smem + buffer * QTile::kBytes, tid);
   };
-  // As the sm80 kernel: lse2 (tid < block_m) or D of one row; +inf / 0 past the end.
-  auto load_stats = [&](int g, int m) {
-    const int query = m * kBlockM + tid % kBlockM;
-    const bool is_lse = tid < kBlockM;
-    if (tid >= 2 * kBlockM || query >= seqlen_q) return is_lse ? CUDART_INF_F : 0.f;
-    const int64_t row = (hk * group + g) * static_cast<int64_t>(p.total_q) + q_row0 + query;
-    return is_lse ? w.lse_log2[row] : w.dsum[row];
-  };
+  auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
 
   // This warpgroup's shares (the rows of each are 64): keys [key0, key0 + 64) of S^T / dP^T
   // against queries [sdp_query0, + kSdpQueries); keys [key0, ...) of dK / dV at columns
@@ -463,9 +425,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 
   // The mainloop's order: the visited query blocks of query head 0 of the group, then of
   // head 1, ... (the MMA warpgroups and the writer walk it alike).
-  const int m_first = first_visited(0);
+  const int m_first = seq.first_visited(0);
   auto advance = [&](int& g, int& m) {
-    m = first_visited(m + 1);
+    m = seq.first_visited(m + 1);
     if (m >= m_blocks) {
       ++g;
       m = g < group ? m_first : m_blocks;
@@ -488,7 +450,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         int32_t* counter = nullptr;
         if (p.deterministic) {
           counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
-          const int turn = blocks_of(m).end - 1 - n;
+          const int turn = seq.blocks_of(m).end - 1 - n;
           if (writer_tid == 0) {
             while (prim::load_acquire(counter) != turn) {
             }
@@ -519,8 +481,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::raise_registers<S::kMmaRegisters>();
   }
 
-  const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
-  const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
+  const T* k = seq.base(p.k, hk, k_start) + n0 * p.k.row_stride;
+  const T* v = seq.base(p.v, hk, k_start) + n0 * p.v.row_stride;
   sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(k_smem, k, p.k.row_stride,
                                                            seqlen_k - n0, tid);
   sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(v_smem, v, p.v.row_stride,
@@ -544,7 +506,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
     prim::thread::cp_async_commit();
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
-    const sm80::KeyBlocks kb = blocks_of(m);
+    const sm80::KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
     const int turn = kb.end - 1 - n;
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
@@ -590,8 +552,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     }
   }
   prim::named_sync(kMmaBarrier, S::kMmaThreads);
-  T* dk_out = const_cast<T*>(base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
-  T* dv_out = const_cast<T*>(base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
+  T* dk_out = const_cast<T*>(seq.base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
+  T* dv_out = const_cast<T*>(seq.base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
   const unsigned char* stage = smem_raw + (dk_stage - raw_addr);
   const int rows = min(kBlockN, key_rows - n0);
   auto chunks_fit = [](const T* out, int64_t row_stride) {

@@ -1,0 +1,101 @@
+// What a backward main-kernel block (either backward kernel) knows of its sequence: its query
+// rows, all its key rows (dK/dV are written for each of them, zero past seqused_k), the keys it
+// attends, where its rows start in the operands, and which query blocks visit its key block.
+// The set is the forward's mask policy (FwdMask::blocks) with the backward's tile: a query
+// block is visited iff the forward would visit this key block for it, and masked iff the
+// forward masks it.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "core/params.hpp"
+#include "cuda/backward_workspace.hpp"
+#include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/sm80/tile_copy.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+template <class T, int kBlockM, int kBlockN>
+struct BwdSequence {
+  bool varlen;
+  int b;  // batch entry
+  int n;  // key block
+  int seqlen_q, key_rows, seqlen_k;
+  int64_t q_start, k_start;  // varlen: first row in the packed operands
+  int64_t q_row0;            // first packed query row (the workspace's row index)
+  int m_blocks;
+  FwdMask mask;
+
+  __device__ __forceinline__ BwdSequence(const core::BackwardParams& p, int b_, int n_)
+      : varlen(p.cu_seqlens_q != nullptr),
+        b(b_),
+        n(n_),
+        seqlen_q(p.seqlen_q),
+        key_rows(p.seqlen_k),
+        q_start(0),
+        k_start(0) {
+    if (varlen) {
+      q_start = p.cu_seqlens_q[b];
+      k_start = p.cu_seqlens_k[b];
+      seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
+      key_rows = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
+    }
+    seqlen_k = p.seqused_k != nullptr ? p.seqused_k[b] : key_rows;
+    q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;
+    m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+    mask = FwdMask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+  }
+
+  // The key block has no key rows: the block has nothing to do.
+  __device__ __forceinline__ bool empty() const { return n * kBlockN >= key_rows; }
+
+  // Row 0 of `head` of this sequence in `op` (`start`: q_start or k_start).
+  __device__ __forceinline__ const T* base(const core::Operand& op, int head,
+                                           int64_t start) const {
+    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
+           head * op.head_stride;
+  }
+
+  __device__ __forceinline__ KeyBlocks blocks_of(int m) const {
+    return mask.blocks(m * kBlockM, min(kBlockM, seqlen_q - m * kBlockM), kBlockN);
+  }
+
+  // Q and dO of query block m of query head h into the tiles at q_tile / do_tile (cp.async
+  // by all Threads threads; rows past the sequence zero-filled). The caller commits.
+  template <int D, int Threads>
+  __device__ __forceinline__ void copy_q_do_async(const core::BackwardParams& p, int h, int m,
+                                                  uint32_t q_tile, uint32_t do_tile,
+                                                  int tid) const {
+    const int m0 = m * kBlockM;
+    block::copy_tile_async<kBlockM, D, Threads>(q_tile, base(p.q, h, q_start) + m0 * p.q.row_stride,
+                                                p.q.row_stride, seqlen_q - m0, tid);
+    block::copy_tile_async<kBlockM, D, Threads>(
+        do_tile, base(p.dout, h, q_start) + m0 * p.dout.row_stride, p.dout.row_stride,
+        seqlen_q - m0, tid);
+  }
+
+  // The row statistic thread `tid` stages for query block m of query head h: lse2
+  // (tid < block_m) or D of row tid - block_m; rows past the end get lse2 = +inf, D = 0, so
+  // their P and dS are 0.
+  __device__ __forceinline__ float row_stat(const core::BackwardParams& p, const BwdWorkspace& w,
+                                            int h, int m, int tid) const {
+    const int query = m * kBlockM + tid % kBlockM;
+    const bool is_lse = tid < kBlockM;
+    if (tid >= 2 * kBlockM || query >= seqlen_q) return is_lse ? CUDART_INF_F : 0.f;
+    const int64_t row = h * static_cast<int64_t>(p.total_q) + q_row0 + query;
+    return is_lse ? w.lse_log2[row] : w.dsum[row];
+  }
+
+  // The first query block from m on that visits this key block (m_blocks if none).
+  __device__ __forceinline__ int first_visited(int m) const {
+    for (; m < m_blocks; ++m) {
+      const KeyBlocks kb = blocks_of(m);
+      if (n >= kb.begin && n < kb.end) break;
+    }
+    return m;
+  }
+};
+
+}  // namespace flashattn::cuda::sm80
