@@ -99,8 +99,8 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // dK and dV would not fit one warpgroup's registers) both own all keys and split the head dim
 // (the column split). block_n is the sm80 table's, so the deterministic order of the dQ
 // additions is the same whichever kernel runs. dq_writer (key split only): a third warpgroup
-// adds dQ into the accumulator from a shared-memory stash; it costs the MMA warpgroups
-// registers (240 instead of 255), which 128-query S^T and dP^T (block_m 128) cannot spare.
+// adds dQ into the accumulator from a shared-memory stash, at the cost of 15 registers per MMA
+// thread (240 instead of 255; the key split takes S^T and dP^T 64 queries at a time to fit).
 struct BwdSm90Tile {
   int block_m;
   int block_n;
@@ -110,7 +110,7 @@ struct BwdSm90Tile {
 
 constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 8, false};
+    case 64: return {128, 128, 8, true};
     case 128: return {64, 128, 8, true};
     case 256: return {64, 64, 8, false};
     default: return {0, 0, 0, false};

@@ -81,7 +81,10 @@ struct BwdShape {
   static constexpr int kStashStride = D + 8;
   static constexpr int kStashBytes = kDqWriter ? kBlockM * kStashStride * 4 : 0;
   // A warpgroup's share of each product (rows x columns; the rows are always 64).
-  static constexpr int kSdpQueries = kKeySplit ? kBlockM : kBlockM / 2;  // S^T, dP^T
+  // S^T and dP^T: the key split takes the block's queries 64 at a time (kSdpParts passes, so
+  // that S^T, dP^T, dK and dV fit the registers together even at block_m 128).
+  static constexpr int kSdpQueries = kKeySplit ? 64 : kBlockM / 2;
+  static constexpr int kSdpParts = kKeySplit ? kBlockM / 64 : 1;
   static constexpr int kKvCols = kKeySplit ? D : D / 2;                   // dK, dV
   static constexpr bool kDqSplitsQueries = kBlockM == 128;
   static constexpr int kDqCols = kDqSplitsQueries ? D : D / 2;            // dQ
@@ -163,8 +166,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
 
   auto load_q_do = [&](int g, int m, int buffer) {
-    seq.template copy_q_do_async<D, S::kMmaThreads>(p, hk * group + g, m, q_smem + buffer * QTile::kBytes,
-                                                do_smem + buffer * QTile::kBytes, tid);
+    seq.template copy_q_do_async<D, S::kMmaThreads>(p, hk * group + g, m,
+                                                    q_smem + buffer * QTile::kBytes,
+                                                    do_smem + buffer * QTile::kBytes, tid);
   };
   auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
 
@@ -186,7 +190,6 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   using KCols = WgmmaOperand<KTile, Major::kMN>;  // B of dQ: k = keys, n = head dim
   const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(key0, 0));
   const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(key0, 0));
-  const uint32_t q_rows_offset = QTile::byte_offset(sdp_query0, 0);
   const uint32_t q_cols_offset = QTile::byte_offset(0, kv_col0);
   const uint64_t ds_cols_desc = PCols::descriptor(ds_smem + PTile::byte_offset(0, dq_query0));
   const uint64_t k_cols_desc = KCols::descriptor(k_smem + KTile::byte_offset(0, dq_col0));
@@ -222,127 +225,136 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const float* lse2 = stats + buffer * 2 * kBlockM;
     const float* dsum = lse2 + kBlockM;
 
-    // S^T and dP^T of this warpgroup's share.
-    float s[S::kSdpQueries / 2], dp[S::kSdpQueries / 2];
-    const uint64_t q_rows_desc = QRows::descriptor(q_buf + q_rows_offset);
-    const uint64_t do_rows_desc = QRows::descriptor(do_buf + q_rows_offset);
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
-                                                  QRows::advance(q_rows_desc, ks), ks > 0);
-    }
-    wg::commit_group();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
-                                                  QRows::advance(do_rows_desc, ks), ks > 0);
-    }
-    wg::commit_group();
-    release_turn();  // the previous step's, after this step's first barrier
-    // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
-    // key key0 + frag_row + 8 * (i / 2 % 2), query sdp_query0 + 8 * (i / 4) + frag_col + i % 2.
-    // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
-    // and to P^T after it, as in the sm80 kernel.
-    constexpr int kMaskNT = kNT < 8 ? kNT : 8;
-    using DropMask =
-        std::conditional_t<kDropout, sm80::BwdDropoutMask<kMaskNT>, sm80::NoDropoutMask>;
-    DropMask drop[kNT / kMaskNT];
-    if constexpr (kDropout) {
-#pragma unroll
-      for (int part = 0; part < kNT / kMaskNT; ++part) {
-        drop[part] = sm80::BwdDropoutMask<kMaskNT>(sm80::DropoutHead(p, b, h),
-                                                   n0 + key0 + warp_row0,
-                                                   m0 + sdp_query0 + 8 * kMaskNT * part, lane);
-      }
-    }
-    auto dropout_apply = [&](float(&x)[S::kSdpQueries / 2]) {
-#pragma unroll
-      for (int part = 0; part < kNT / kMaskNT; ++part) {
-        drop[part].apply(*reinterpret_cast<float(*)[kMaskNT][4]>(&x[4 * kMaskNT * part]));
-      }
-    };
-    // Where (key, query) element i of the share stands: its distance to the query's diagonal
-    // and whether the mask shows it.
-    auto element_at = [&](int i, int& column, int& distance) {
-      const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
-      column = sdp_query0 + 8 * (i / 4) + frag_col + i % 2;
-      distance = m0 + column + key_shift - key;
-      bool visible = true;
-      if constexpr (std::decay_t<decltype(masked)>::value) {
-        visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
-                  (p.window_right < 0 || distance >= -p.window_right);
-      }
-      return visible;
-    };
-    if (sc.softcap_pre == 0.f) {
-      // P^T while dP^T is still being multiplied.
-      wg::wait_group<1>();
-      wg::fence_operands(s);
-#pragma unroll
-      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
-        int column, distance;
-        const bool visible = element_at(i, column, distance);
-        s[i] = sm80::thread::bwd_probability(s[i], lse2[column], sc, alibi_raw, distance,
-                                             visible);
-      }
-      wg::wait_group<0>();
-      wg::fence_operands(dp);
-      dropout_apply(dp);
-#pragma unroll
-      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
-        dp[i] = s[i] * (dp[i] - dsum[sdp_query0 + 8 * (i / 4) + frag_col + i % 2]);
-      }
-    } else {
-      wg::wait_group<0>();
-      wg::fence_operands(s);
-      wg::fence_operands(dp);
-      dropout_apply(dp);
-#pragma unroll
-      for (int i = 0; i < S::kSdpQueries / 2; ++i) {
-        int column, distance;
-        const bool visible = element_at(i, column, distance);
-        const sm80::thread::BwdElement el = sm80::thread::bwd_element(
-            s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
-        s[i] = el.p;
-        dp[i] = el.ds;
-      }
-    }
-    dropout_apply(s);
-    uint32_t pt[kMSteps][4], dst[kMSteps][4];
-#pragma unroll
-    for (int ks = 0; ks < kMSteps; ++ks) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        pt[ks][r] = prim::thread::pack2<T>(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
-        dst[ks][r] = prim::thread::pack2<T>(dp[8 * ks + 2 * r], dp[8 * ks + 2 * r + 1]);
-      }
-    }
-
-    // dS^T (and P^T) to shared memory: their last readers, the previous step's products,
-    // finished before this step's first barrier; visible to the async proxy after the next.
-    store_fragments<PTile>(ds_smem, dst, key0 + warp_row0, sdp_query0, lane);
-    if constexpr (!S::kKeySplit) store_fragments<PTile>(pt_smem, pt, warp_row0, sdp_query0, lane);
-    wg::fence_proxy_async_shared();
-
-    // dV += P^T dO, dK += dS^T Q; completed by the wait after dQ. The key split multiplies
-    // from registers before the barrier, the column split from shared memory after it.
     const uint64_t do_cols_desc = QCols::descriptor(do_buf + q_cols_offset);
     const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
-    wg::fence_operands(dv);
-    wg::fence_operands(dk);
-    if constexpr (S::kKeySplit) {
+#pragma unroll
+    for (int part = 0; part < S::kSdpParts; ++part) {
+      // S^T and dP^T of this warpgroup's share: queries [query0, query0 + kSdpQueries).
+      const int query0 = sdp_query0 + S::kSdpQueries * part;
+      float s[S::kSdpQueries / 2], dp[S::kSdpQueries / 2];
+      const uint64_t q_rows_desc = QRows::descriptor(q_buf + QTile::byte_offset(query0, 0));
+      const uint64_t do_rows_desc = QRows::descriptor(do_buf + QTile::byte_offset(query0, 0));
       wg::fence();
 #pragma unroll
-      for (int ks = 0; ks < kMSteps; ++ks) {
-        wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks], QCols::advance(do_cols_desc, ks), true);
-      }
-#pragma unroll
-      for (int ks = 0; ks < kMSteps; ++ks) {
-        wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks], QCols::advance(q_cols_desc, ks), true);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
+                                                    QRows::advance(q_rows_desc, ks), ks > 0);
       }
       wg::commit_group();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+                                                    QRows::advance(do_rows_desc, ks), ks > 0);
+      }
+      wg::commit_group();
+      if (part == 0) release_turn();  // the previous step's, after this step's first barrier
+      // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
+      // key key0 + frag_row + 8 * (i / 2 % 2), query query0 + 8 * (i / 4) + frag_col + i % 2.
+      // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
+      // and to P^T after it, as in the sm80 kernel.
+      constexpr int kMaskNT = kNT < 8 ? kNT : 8;
+      using DropMask =
+          std::conditional_t<kDropout, sm80::BwdDropoutMask<kMaskNT>, sm80::NoDropoutMask>;
+      DropMask drop[kNT / kMaskNT];
+      if constexpr (kDropout) {
+#pragma unroll
+        for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {
+          drop[mask_part] = sm80::BwdDropoutMask<kMaskNT>(sm80::DropoutHead(p, b, h),
+                                                     n0 + key0 + warp_row0,
+                                                     m0 + query0 + 8 * kMaskNT * mask_part, lane);
+        }
+      }
+      auto dropout_apply = [&](float(&x)[S::kSdpQueries / 2]) {
+#pragma unroll
+        for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {
+          drop[mask_part].apply(
+              *reinterpret_cast<float(*)[kMaskNT][4]>(&x[4 * kMaskNT * mask_part]));
+        }
+      };
+      // Where (key, query) element i of the share stands: its distance to the query's diagonal
+      // and whether the mask shows it.
+      auto element_at = [&](int i, int& column, int& distance) {
+        const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
+        column = query0 + 8 * (i / 4) + frag_col + i % 2;
+        distance = m0 + column + key_shift - key;
+        bool visible = true;
+        if constexpr (std::decay_t<decltype(masked)>::value) {
+          visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
+                    (p.window_right < 0 || distance >= -p.window_right);
+        }
+        return visible;
+      };
+      if (sc.softcap_pre == 0.f) {
+        // P^T while dP^T is still being multiplied.
+        wg::wait_group<1>();
+        wg::fence_operands(s);
+#pragma unroll
+        for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+          int column, distance;
+          const bool visible = element_at(i, column, distance);
+          s[i] = sm80::thread::bwd_probability(s[i], lse2[column], sc, alibi_raw, distance,
+                                               visible);
+        }
+        wg::wait_group<0>();
+        wg::fence_operands(dp);
+        dropout_apply(dp);
+#pragma unroll
+        for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+          dp[i] = s[i] * (dp[i] - dsum[query0 + 8 * (i / 4) + frag_col + i % 2]);
+        }
+      } else {
+        wg::wait_group<0>();
+        wg::fence_operands(s);
+        wg::fence_operands(dp);
+        dropout_apply(dp);
+#pragma unroll
+        for (int i = 0; i < S::kSdpQueries / 2; ++i) {
+          int column, distance;
+          const bool visible = element_at(i, column, distance);
+          const sm80::thread::BwdElement el = sm80::thread::bwd_element(
+              s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
+          s[i] = el.p;
+          dp[i] = el.ds;
+        }
+      }
+      dropout_apply(s);
+      uint32_t pt[kMSteps][4], dst[kMSteps][4];
+#pragma unroll
+      for (int ks = 0; ks < kMSteps; ++ks) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          pt[ks][r] = prim::thread::pack2<T>(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
+          dst[ks][r] = prim::thread::pack2<T>(dp[8 * ks + 2 * r], dp[8 * ks + 2 * r + 1]);
+        }
+      }
+
+      // dS^T (and P^T) to shared memory: their last readers, the previous step's products,
+      // finished before this step's first barrier; visible to the async proxy after the next.
+      store_fragments<PTile>(ds_smem, dst, key0 + warp_row0, query0, lane);
+      if constexpr (!S::kKeySplit) store_fragments<PTile>(pt_smem, pt, warp_row0, query0, lane);
+
+      // dV += P^T dO, dK += dS^T Q; completed by a later wait (ptxas keeps the register
+      // operands of an mma in flight until then). The key split multiplies from registers, pass
+      // by pass, the column split from shared memory after the barrier.
+      if constexpr (S::kKeySplit) {
+        wg::fence_operands(dv);
+        wg::fence_operands(dk);
+        wg::fence();
+        constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
+#pragma unroll
+        for (int ks = 0; ks < kMSteps; ++ks) {
+          wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks],
+                                          QCols::advance(do_cols_desc, kFirst * part + ks), true);
+        }
+#pragma unroll
+        for (int ks = 0; ks < kMSteps; ++ks) {
+          wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks],
+                                          QCols::advance(q_cols_desc, kFirst * part + ks), true);
+        }
+        wg::commit_group();
+      }
     }
+    wg::fence_proxy_async_shared();
     int32_t* turn_counter = nullptr;
     int seen = -1;
     if (!S::kDqWriter && p.deterministic) {
@@ -377,11 +389,6 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::fence_operands(dq);
     wg::fence_operands(dv);
     wg::fence_operands(dk);
-#pragma unroll
-    for (int ks = 0; ks < kMSteps; ++ks) {
-      wg::fence_operands(pt[ks]);
-      wg::fence_operands(dst[ks]);
-    }
 
     if constexpr (S::kDqWriter) {
       // To the stash the writer read two steps ago, then tell it.
