@@ -171,7 +171,6 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int dq_query0 = (warp % S::kTile.dq_warps_m) * S::kDqQueries;
   const int dq_col0 = (warp / S::kTile.dq_warps_m) * S::kDqCols;
 
-  const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int key_shift = seqlen_k - seqlen_q;  // query + key_shift: the query's diagonal key
   const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
 
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     int32_t* turn_counter = nullptr;
     int seen = -1;
     if (p.deterministic) {
-      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+      turn_counter = seq.turn_counter(p, w, h, m);
       if (tid == 0) seen = prim::load_acquire(turn_counter);  // issued before the dQ product
     }
     float dq[kDqMT][kDqNT][4];
@@ -332,7 +331,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
-    const int turn = kb.end - 1 - n;
+    const int turn = seq.turn(kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
       step(unmasked, h, m, iteration % 2, turn);
     } else {

@@ -9,7 +9,7 @@
 #include "cuda/check.hpp"
 #include "cuda/sm80/bwd_kernel.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
-#include "cuda/sm80/fwd_launch.cuh"
+#include "cuda/sm80/score_transform.cuh"
 
 namespace flashattn::cuda::sm80 {
 

@@ -26,6 +26,7 @@ struct BwdSequence {
   int64_t q_start, k_start;  // varlen: first row in the packed operands
   int64_t q_row0;            // first packed query row (the workspace's row index)
   int m_blocks;
+  int m_blocks_max;  // of the longest sequence: the workspace's turn counters per head
   FwdMask mask;
 
   __device__ __forceinline__ BwdSequence(const core::BackwardParams& p, int b_, int n_)
@@ -45,6 +46,7 @@ struct BwdSequence {
     seqlen_k = p.seqused_k != nullptr ? p.seqused_k[b] : key_rows;
     q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;
     m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+    m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
     mask = FwdMask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   }
 
@@ -87,6 +89,15 @@ struct BwdSequence {
     const int64_t row = h * static_cast<int64_t>(p.total_q) + q_row0 + query;
     return is_lse ? w.lse_log2[row] : w.dsum[row];
   }
+
+  // Deterministic mode: the turn counter of query block m of query head h (the workspace holds
+  // [batch][heads][query blocks of p.seqlen_q] of them) and this key block's turn at it, when
+  // key blocks [.., kb.end) visit it: the higher ones add first.
+  __device__ __forceinline__ int32_t* turn_counter(const core::BackwardParams& p,
+                                                   const BwdWorkspace& w, int h, int m) const {
+    return w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+  }
+  __device__ __forceinline__ int turn(const KeyBlocks& kb) const { return kb.end - 1 - n; }
 
   // The first query block from m on that visits this key block (m_blocks if none).
   __device__ __forceinline__ int first_visited(int m) const {

@@ -1,5 +1,5 @@
 // The launcher of fwd_kernel for one tile shape: grid, shared memory and the score
-// conversions. Included by the generated instantiation files (and the tile tuner).
+// conversions (fwd_scores, score_transform.cuh). Included by the generated instantiation files (and the tile tuner).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,21 +16,6 @@ template <int D>
 struct TableTile {
   static constexpr FwdTile value = fwd_sm80_tile(D);
 };
-
-inline FwdScores fwd_scores(const core::AttentionParams& p) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  FwdScores sc;
-  if (p.softcap > 0.f) {
-    sc.unit = p.softcap;
-    sc.log2_unit = p.softcap * kLog2e;
-    sc.softcap_pre = p.scale / p.softcap;
-  } else {
-    sc.unit = p.scale;
-    sc.log2_unit = p.scale_log2;
-    sc.softcap_pre = 0.f;
-  }
-  return sc;
-}
 
 template <class T, int D, class TileT, bool kDropout = false, class Keys = ContiguousKeys>
 Status launch_forward(const core::AttentionParams& p, cudaStream_t stream, const Keys& keys = {}) {

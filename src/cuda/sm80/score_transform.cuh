@@ -5,6 +5,7 @@
 // own head), so those are functions of (row tile m, half) passed in by the kernel.
 #pragma once
 
+#include "core/params.hpp"
 #include "cuda/prim/math.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 
@@ -17,6 +18,22 @@ struct FwdScores {
   float log2_unit;
   float softcap_pre;  // scale / softcap; 0 without softcap
 };
+
+// The conversions of a call (every kernel family's launcher passes them to its kernel).
+inline FwdScores fwd_scores(const core::AttentionParams& p) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  FwdScores sc;
+  if (p.softcap > 0.f) {
+    sc.unit = p.softcap;
+    sc.log2_unit = p.softcap * kLog2e;
+    sc.softcap_pre = p.scale / p.softcap;
+  } else {
+    sc.unit = p.scale;
+    sc.log2_unit = p.scale_log2;
+    sc.softcap_pre = 0.f;
+  }
+  return sc;
+}
 
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
 // row_query(m, half) is that row's query index (a row past the last query may return an index

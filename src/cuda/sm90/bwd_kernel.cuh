@@ -45,6 +45,7 @@
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/named_barrier.cuh"
+#include "cuda/prim/shared_store.cuh"
 #include "cuda/sm80/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_sequence.cuh"
 #include "cuda/sm80/dropout.cuh"
@@ -110,9 +111,7 @@ __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&
     for (int r = 0; r < 4; ++r) {
       const int row = row0 + lane / 4 + 8 * (r % 2);
       const int col = col0 + 16 * s + 8 * (r / 2) + 2 * (lane % 4);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + Tile::byte_offset(row, col)),
-                   "r"(a[s][r])
-                   : "memory");
+      prim::store_shared(tile + Tile::byte_offset(row, col), a[s][r]);
     }
   }
 }
@@ -199,7 +198,6 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int frag_row = warp_row0 + lane / 4;  // + 8 * half
   const int frag_col = 2 * (lane % 4);        // + 8 * tile + e
   const int key_shift = seqlen_k - seqlen_q;
-  const int m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t accum_row_stride = static_cast<int64_t>(p.nheads) * D;
 
   float dk[S::kKvCols / 2], dv[S::kKvCols / 2];
@@ -358,7 +356,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     int32_t* turn_counter = nullptr;
     int seen = -1;
     if (!S::kDqWriter && p.deterministic) {
-      turn_counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+      turn_counter = seq.turn_counter(p, w, h, m);
       if (tid == 0) seen = prim::load_acquire(turn_counter);  // in flight during dQ
     }
     prim::named_sync(kMmaBarrier, S::kMmaThreads);  // dS^T (and P^T) complete
@@ -400,10 +398,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < S::kDqCols / 8; ++j) {
           const int col = dq_col0 + 8 * j + frag_col;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                           stash + 4 * (row * S::kStashStride + col)),
-                       "f"(dq[4 * j + 2 * half]), "f"(dq[4 * j + 2 * half + 1])
-                       : "memory");
+          prim::store_shared(stash + 4 * (row * S::kStashStride + col), dq[4 * j + 2 * half],
+                             dq[4 * j + 2 * half + 1]);
         }
       }
       prim::named_arrive(kStashFull + buffer, S::kThreads);
@@ -456,8 +452,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         const int m0 = m * kBlockM;
         int32_t* counter = nullptr;
         if (p.deterministic) {
-          counter = w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
-          const int turn = seq.blocks_of(m).end - 1 - n;
+          counter = seq.turn_counter(p, w, h, m);
+          const int turn = seq.turn(seq.blocks_of(m));
           if (writer_tid == 0) {
             while (prim::load_acquire(counter) != turn) {
             }
@@ -515,7 +511,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     const sm80::KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
-    const int turn = kb.end - 1 - n;
+    const int turn = seq.turn(kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
       step(unmasked, h, m, iteration, turn);
     } else {
@@ -550,12 +546,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     for (int j = 0; j < S::kKvCols / 8; ++j) {
       const uint32_t offset = KTile::byte_offset(row, kv_col0 + 8 * j + frag_col);
       const int i = 4 * j + 2 * half;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dk_stage + offset),
-                   "r"(prim::thread::pack2<T>(dk[i] * p.scale, dk[i + 1] * p.scale))
-                   : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dv_stage + offset),
-                   "r"(prim::thread::pack2<T>(dv[i], dv[i + 1]))
-                   : "memory");
+      prim::store_shared(dk_stage + offset,
+                         prim::thread::pack2<T>(dk[i] * p.scale, dk[i + 1] * p.scale));
+      prim::store_shared(dv_stage + offset, prim::thread::pack2<T>(dv[i], dv[i + 1]));
     }
   }
   prim::named_sync(kMmaBarrier, S::kMmaThreads);

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/check.hpp"
-#include "cuda/sm80/fwd_launch.cuh"
+#include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 
