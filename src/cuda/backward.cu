@@ -132,53 +132,55 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90
   return Status::Ok();
 }
 
-// The plan's check against `device`; `limits`, when given, receives the device's limits.
-Status check_on_device(const core::BackwardParams& p, int device, DeviceLimits* limits) {
-  BwdPlan plan;
-  const Status planned = plan_of(p, &plan);
+// The plan and its check against `device`, whose limits it also returns.
+Status check_on_device(const core::BackwardParams& p, int device, BwdPlan* plan,
+                       DeviceLimits* limits) {
+  const Status planned = plan_of(p, plan);
   if (!planned.ok()) return planned;
-  DeviceLimits l;
-  const Status queried = device_limits(device, &l);
+  const Status queried = device_limits(device, limits);
   if (!queried.ok()) return queried;
-  if (limits != nullptr) *limits = l;
-  return check_kernel_fits("CUDA backward", device, plan.head_dim,
-                           kernel_smem_bytes(p.dtype, plan.head_dim, l.sm90a));
-}
-
-}  // namespace
-
-Status check_backward(const core::BackwardParams& p, int device) {
-  return check_on_device(p, device, nullptr);
+  return check_kernel_fits("CUDA backward", device, plan->head_dim,
+                           kernel_smem_bytes(p.dtype, plan->head_dim, limits->sm90a));
 }
 
 // The workspace is used from its first 256-byte boundary on (the kernels' vector loads and
 // atomics need aligned buffers; the caller's pointer may be anywhere), hence the slack.
 constexpr size_t kWorkspaceAlignment = 256;
 
-size_t backward_workspace_size(const core::BackwardParams& p) {
-  BwdPlan plan;
-  if (!plan_of(p, &plan).ok()) return 0;
+size_t workspace_bytes(const core::BackwardParams& p, const BwdPlan& plan) {
   const size_t kernel_bytes =
       bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim)).total;
   return kWorkspaceAlignment + kernel_bytes +
          (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }
 
+}  // namespace
+
+Status check_backward(const core::BackwardParams& p, int device) {
+  BwdPlan plan;
+  DeviceLimits limits;
+  return check_on_device(p, device, &plan, &limits);
+}
+
+size_t backward_workspace_size(const core::BackwardParams& p) {
+  BwdPlan plan;
+  return plan_of(p, &plan).ok() ? workspace_bytes(p, plan) : 0;
+}
+
 Status backward(const core::BackwardParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  BwdPlan plan;
   DeviceLimits limits;
-  const Status checked = check_on_device(p, device, &limits);
+  const Status checked = check_on_device(p, device, &plan, &limits);
   if (!checked.ok()) return checked;
-  const size_t needed = backward_workspace_size(p);
+  const size_t needed = workspace_bytes(p, plan);
   if (p.workspace == nullptr || p.workspace_bytes < needed) {
     return Status(StatusCode::kInvalidArgument,
                   "launch.workspace: expected at least " + std::to_string(needed) +
                       " bytes for the CUDA backward, got " + std::to_string(p.workspace_bytes));
   }
-  BwdPlan plan;
-  plan_of(p, &plan);
   core::BackwardParams aligned = p;
   const auto address = reinterpret_cast<uintptr_t>(p.workspace);
   const size_t shift = (kWorkspaceAlignment - address % kWorkspaceAlignment) % kWorkspaceAlignment;
