@@ -1,5 +1,5 @@
-// Stores to shared memory by shared-window address (prim::smem_addr), for tiles whose swizzled
-// layout the caller computes in bytes.
+// Shared-memory stores and loads by shared-window address (prim::smem_addr), for tiles whose
+// swizzled layout the caller computes in bytes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,15 @@ __device__ __forceinline__ void store_shared(uint32_t addr, uint32_t value) {
 
 __device__ __forceinline__ void store_shared(uint32_t addr, float lo, float hi) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
+}
+
+__device__ __forceinline__ float4 load_shared_float4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 }  // namespace flashattn::cuda::prim
