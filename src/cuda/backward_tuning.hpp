@@ -97,8 +97,9 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // and block_m queries per step, as many as dK, dV, S^T and dP^T in registers allow. With
 // block_n = 128 each warpgroup owns 64 keys (the key split); with block_n = 64 (d = 256, whose
 // dK and dV would not fit one warpgroup's registers) both own all keys and split the head dim
-// (the column split). block_n is the sm80 table's, so the deterministic order of the dQ
-// additions is the same whichever kernel runs. dq_writer (key split only): a third warpgroup
+// (the column split). block_n is the sm80 table's, so the deterministic fixed order of the dQ
+// additions is the same whichever kernel runs (the sm90 kernel alone also has the rotated
+// order of bwd_block_order.cuh). dq_writer (key split only): a third warpgroup
 // adds dQ into the accumulator from a shared-memory stash, at the cost of 15 registers per MMA
 // thread (240 instead of 255; the key split takes S^T and dP^T 64 queries at a time to fit).
 struct BwdSm90Tile {

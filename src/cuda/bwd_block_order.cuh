@@ -12,6 +12,15 @@
 //     addition after the other, so kBwdInterleave pairs are interleaved (key block N-1 of each,
 //     then N-2 of each, ...): a few blocks apart, the previous one has mostly moved on. Few
 //     pairs at a time keep their Q, dO and dQ accumulator in L2.
+//   deterministic on clusters (`clustered`, the sm90 kernel without a mask): the key blocks of
+//     one pair form a thread-block cluster, so the hardware runs them together, and each may
+//     wait on any other. The fixed order above makes every block of a pair that starts at
+//     query block 0 wait for all the higher ones to add there first, a staircase that costs
+//     most where each block has few query blocks to visit. Here key block n of E visits the
+//     query blocks from bwd_rotated_start on, wrapping around, so that at any step the blocks
+//     of a pair are at different query blocks, and its turn at a query block is its place in
+//     the order in which the blocks reach it (bwd_rotated_turn): nobody waits for a block
+//     that arrives after it.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +38,10 @@ struct BwdBlock {
 };
 
 // The block at grid index (x, y, z) of a (key_blocks, heads, batch) grid; `masked`: a causal
-// or sliding-window mask (either window bound set).
+// or sliding-window mask (either window bound set); `clustered`: a cluster per pair.
 FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int heads, int batch,
-                                     bool deterministic, bool masked) {
+                                     bool deterministic, bool masked, bool clustered = false) {
+  if (clustered) return {x, y, z};
   if (!deterministic || masked) return {deterministic ? key_blocks - 1 - x : x, y, z};
   const int64_t pairs = static_cast<int64_t>(heads) * batch;
   const int64_t linear = x + static_cast<int64_t>(key_blocks) * (y + static_cast<int64_t>(heads) * z);
@@ -45,10 +55,28 @@ FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int he
           static_cast<int>(pair / heads)};
 }
 
+// The rotated order of a pair whose E = key_blocks key blocks all visit each of its
+// query_blocks >= E query blocks (no mask): key block n starts at query block floor(n M / E),
+// so the starts are distinct and evenly spread.
+FA_HOST_DEVICE int bwd_rotated_start(int n, int key_blocks, int query_blocks) {
+  return static_cast<int>(static_cast<int64_t>(n) * query_blocks / key_blocks);
+}
+
+// Key block n's turn at query block m in the rotated order: how many key blocks reach m
+// before it, i.e. start in (start(n), m] cyclically. Starts rise with n, so start(n') <= y
+// for the first ceil((y + 1) E / M) key blocks n'.
+FA_HOST_DEVICE int bwd_rotated_turn(int n, int m, int key_blocks, int query_blocks) {
+  const int64_t starting_by_m =
+      (static_cast<int64_t>(m + 1) * key_blocks + query_blocks - 1) / query_blocks;
+  const int before = static_cast<int>(starting_by_m < key_blocks ? starting_by_m : key_blocks);
+  return before - (n + 1) + (m < bwd_rotated_start(n, key_blocks, query_blocks) ? key_blocks : 0);
+}
+
 #if defined(__CUDACC__)
-__device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked) {
+__device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked,
+                                              bool clustered = false) {
   return bwd_block_at(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
-                      deterministic, masked);
+                      deterministic, masked, clustered);
 }
 #endif
 

@@ -2,19 +2,25 @@
 // grid index owns a distinct (key block, head, batch entry); in the deterministic mode a block
 // only waits on blocks that start before it (the higher key blocks of its pair have smaller
 // linear indices), which is what keeps the turn-taking free of deadlock; and the orders are
-// the ones the comments promise.
+// the ones the comments promise. The rotated order of clustered pairs: its turns at each query
+// block are the order in which the key blocks reach it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "cuda/bwd_block_order.cuh"
 
 namespace {
 
 using flashattn::cuda::bwd_block_at;
+using flashattn::cuda::bwd_rotated_start;
+using flashattn::cuda::bwd_rotated_turn;
 using flashattn::cuda::BwdBlock;
 using flashattn::cuda::kBwdInterleave;
 
@@ -92,6 +98,43 @@ TEST(BwdBlockOrder, DeterministicInterleavesPairsOnlyWithoutAMask) {
     const auto [n, hk, b] = tile;
     if (n + 1 < g.key_blocks) {
       EXPECT_EQ(linear - unmasked.at(std::make_tuple(n + 1, hk, b)), kBwdInterleave);
+    }
+  }
+}
+
+TEST(BwdBlockOrder, ClusteredBlocksOwnTheirGridIndex) {
+  for (const Grid& g : kGrids) {
+    for (int x = 0; x < g.key_blocks; ++x) {
+      const BwdBlock b = bwd_block_at(x, g.heads - 1, g.batch - 1, g.key_blocks, g.heads,
+                                      g.batch, true, false, true);
+      EXPECT_TRUE(b.n == x && b.hk == g.heads - 1 && b.b == g.batch - 1);
+    }
+  }
+}
+
+// E key blocks, M >= E query blocks: at every query block the turns are 0..E-1, given in the
+// order of the step at which each key block reaches it, (m - start) mod M. Then, with the
+// blocks in step, a block's predecessors at a query block were there at earlier steps.
+TEST(BwdBlockOrder, RotatedTurnsFollowTheArrivalOrder) {
+  for (int keys = 1; keys <= 20; ++keys) {
+    for (int queries = keys; queries <= 40; ++queries) {
+      std::set<int> starts;
+      for (int n = 0; n < keys; ++n) starts.insert(bwd_rotated_start(n, keys, queries));
+      EXPECT_EQ(starts.size(), static_cast<size_t>(keys)) << keys << " x " << queries;
+      for (int m = 0; m < queries; ++m) {
+        std::vector<int> by_arrival(keys);
+        std::iota(by_arrival.begin(), by_arrival.end(), 0);
+        auto step_at_m = [&](int n) {
+          return (m - bwd_rotated_start(n, keys, queries) + queries) % queries;
+        };
+        std::sort(by_arrival.begin(), by_arrival.end(),
+                  [&](int a, int b) { return step_at_m(a) < step_at_m(b); });
+        for (int rank = 0; rank < keys; ++rank) {
+          EXPECT_EQ(bwd_rotated_turn(by_arrival[rank], m, keys, queries), rank)
+              << "key block " << by_arrival[rank] << " of " << keys << ", query block " << m
+              << " of " << queries;
+        }
+      }
     }
   }
 }

@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const T* v = seq.base(p.v, hk, k_start) + n0 * p.v.row_stride;
   block::copy_tile_async<kBlockN, D, S::kThreads>(k_smem, k, p.k.row_stride, seqlen_k - n0, tid);
   block::copy_tile_async<kBlockN, D, S::kThreads>(v_smem, v, p.v.row_stride, seqlen_k - n0, tid);
-  const int m_first = seq.first_visited(0);
+  const int m_first = seq.first_query_block();
   if (m_first < m_blocks) {
     load_q_do(0, m_first, 0);
     if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   constexpr std::false_type unmasked{};
   int g = 0, m = m_first, iteration = 0;
   while (m < m_blocks) {
-    int next_g = g, next_m = seq.first_visited(m + 1);
+    int next_g = g, next_m = seq.next_query_block(m);
     if (next_m >= m_blocks) {
       next_g = g + 1;
       next_m = next_g < group ? m_first : m_blocks;
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
-    const int turn = seq.turn(kb);
+    const int turn = seq.turn(m, kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
       step(unmasked, h, m, iteration % 2, turn);
     } else {

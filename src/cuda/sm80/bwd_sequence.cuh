@@ -12,6 +12,7 @@
 
 #include "core/params.hpp"
 #include "cuda/backward_workspace.hpp"
+#include "cuda/bwd_block_order.cuh"
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/tile_copy.cuh"
 
@@ -28,6 +29,11 @@ struct BwdSequence {
   int m_blocks;
   int m_blocks_max;  // of the longest sequence: the workspace's turn counters per head
   FwdMask mask;
+  // The deterministic rotated order (bwd_block_order.cuh), if use_rotated_order took it: the
+  // key blocks that visit each query block, and where this one starts.
+  bool rotated = false;
+  int rotated_keys = 0;
+  int rotated_start = 0;
 
   __device__ __forceinline__ BwdSequence(const core::BackwardParams& p, int b_, int n_)
       : varlen(p.cu_seqlens_q != nullptr),
@@ -91,14 +97,40 @@ struct BwdSequence {
   }
 
   // Deterministic mode: the turn counter of query block m of query head h (the workspace holds
-  // [batch][heads][query blocks of p.seqlen_q] of them) and this key block's turn at it, when
-  // key blocks [.., kb.end) visit it: the higher ones add first.
+  // [batch][heads][query blocks of p.seqlen_q] of them) and this key block's turn at query
+  // block m, which key blocks [.., kb.end) visit: the higher ones add first, or in the rotated
+  // order (bwd_block_order.cuh) the earlier arrivals.
   __device__ __forceinline__ int32_t* turn_counter(const core::BackwardParams& p,
                                                    const BwdWorkspace& w, int h, int m) const {
     return w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
   }
-  __device__ __forceinline__ int turn(const KeyBlocks& kb) const { return kb.end - 1 - n; }
+  __device__ __forceinline__ int turn(int m, const KeyBlocks& kb) const {
+    return rotated ? bwd_rotated_turn(n, m, rotated_keys, m_blocks) : kb.end - 1 - n;
+  }
 
+  // For a block of a cluster that holds all key blocks of its pair: the rotated order, where
+  // it applies (every query block sees the same key blocks, at most one per query block).
+  __device__ __forceinline__ void use_rotated_order(const core::BackwardParams& p) {
+    const int visiting = (seqlen_k + kBlockN - 1) / kBlockN;
+    rotated = p.window_left < 0 && p.window_right < 0 && n < visiting && visiting <= m_blocks;
+    if (rotated) {
+      rotated_keys = visiting;
+      rotated_start = bwd_rotated_start(n, visiting, m_blocks);
+    }
+  }
+
+  // The query blocks that visit this key block, in the order the block takes them: the first,
+  // and the one after m (m_blocks when m was the last).
+  __device__ __forceinline__ int first_query_block() const {
+    return rotated ? rotated_start : first_visited(0);
+  }
+  __device__ __forceinline__ int next_query_block(int m) const {
+    if (!rotated) return first_visited(m + 1);
+    const int next = m + 1 == m_blocks ? 0 : m + 1;
+    return next == rotated_start ? m_blocks : next;
+  }
+
+ private:
   // The first query block from m on that visits this key block (m_blocks if none).
   __device__ __forceinline__ int first_visited(int m) const {
     for (; m < m_blocks; ++m) {

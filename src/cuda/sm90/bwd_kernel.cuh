@@ -54,6 +54,7 @@
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/tile_copy.cuh"
+#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -147,14 +148,17 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
+  // Launched on clusters (bwd_launch.cuh): deterministic, a cluster per (head, batch) pair.
+  const bool clustered = cluster_blocks() > 1;
   const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0);
+      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, clustered);
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;
 
-  const sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
+  sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
   if (seq.empty()) return;
+  if (clustered) seq.use_rotated_order(p);
   const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
   const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;
   const int m_blocks = seq.m_blocks;
@@ -464,9 +468,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 
   // The mainloop's order: the visited query blocks of query head 0 of the group, then of
   // head 1, ... (the MMA warpgroups and the writer walk it alike).
-  const int m_first = seq.first_visited(0);
+  const int m_first = seq.first_query_block();
   auto advance = [&](int& g, int& m) {
-    m = seq.first_visited(m + 1);
+    m = seq.next_query_block(m);
     if (m >= m_blocks) {
       ++g;
       m = g < group ? m_first : m_blocks;
@@ -489,7 +493,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         int32_t* counter = nullptr;
         if (p.deterministic) {
           counter = seq.turn_counter(p, w, h, m);
-          const int turn = seq.turn(seq.blocks_of(m));
+          const int turn = seq.turn(m, seq.blocks_of(m));
           if (writer_tid == 0) {
             while (prim::load_acquire(counter) != turn) {
             }
@@ -547,7 +551,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const float staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     const sm80::KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
-    const int turn = seq.turn(kb);
+    const int turn = seq.turn(m, kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
       step(unmasked, h, m, iteration, turn);
     } else {

@@ -25,6 +25,8 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   windowed_varlen.seqlens_k = {9, 140};
   windowed_varlen.causal = true;
   windowed_varlen.window_left = 20;
+  // Deterministic on Hopper: 2 key blocks of 128 in a cluster, the rotated order.
+  Problem rotated = dense_problem(DType::kF16, {1, 2, 1, 100, 200, 128}, 16);
   for (bool deterministic : {false, true}) {
     fa_test::Runner runner = cuda_runner();
     if (deterministic) {
@@ -35,7 +37,8 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
         return backward(copy);
       };
     }
-    for (const Problem& p : {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen}) {
+    for (const Problem& p :
+         {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated}) {
       expect_passes(fa_test::check_backward(p, runner));
     }
   }
