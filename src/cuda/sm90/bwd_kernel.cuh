@@ -148,8 +148,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
-  // Launched on clusters (bwd_launch.cuh): deterministic, a cluster per (head, batch) pair.
-  const bool clustered = cluster_blocks() > 1;
+  // Launched on clusters (bwd_launch.cuh, with the dQ writer only): deterministic, a cluster
+  // per (head, batch) pair.
+  const bool clustered = S::kDqWriter && cluster_blocks() > 1;
   const BwdBlock block =  // bwd_block_order.cuh
       bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, clustered);
   const int n = block.n;

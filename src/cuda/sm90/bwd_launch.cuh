@@ -32,8 +32,9 @@ Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaSt
   // Deterministic without a mask, as many query blocks as key blocks and at most 8 of these:
   // every pair's key blocks in one cluster take the rotated order (bwd_block_order.cuh), where
   // such a cluster fits the GPU (the occupancy query says whether one can run at all); else
-  // the plain launch and the fixed order.
-  const bool rotate = p.deterministic && p.window_left < 0 && p.window_right < 0 &&
+  // the plain launch and the fixed order. Only with the dQ writer: the rotation's state costs
+  // the column split (d = 256, 255 registers) 3-4% of its default speed on an H200.
+  const bool rotate = S::kDqWriter && p.deterministic && p.window_left < 0 && p.window_right < 0 &&
                       p.cu_seqlens_q == nullptr && key_blocks >= 2 &&
                       key_blocks <= kBwdMaxClusterBlocks && key_blocks == query_blocks;
   if (rotate) {
