@@ -14,13 +14,15 @@
 //     pairs at a time keep their Q, dO and dQ accumulator in L2.
 //   deterministic on clusters (`clustered`: the sm90 kernel with the dQ writer, no mask,
 //     bwd_launch.cuh): the key blocks of one pair form a thread-block cluster, so the hardware
-//     runs them together, and each may wait on any other. The fixed order above makes every block of a pair that starts at
-//     query block 0 wait for all the higher ones to add there first, a staircase that costs
-//     most where each block has few query blocks to visit. Here key block n of E visits the
-//     query blocks from bwd_rotated_start on, wrapping around, so that at any step the blocks
-//     of a pair are at different query blocks, and its turn at a query block is its place in
-//     the order in which the blocks reach it (bwd_rotated_turn): nobody waits for a block
-//     that arrives after it.
+//     runs them together, and each may wait on any other. The fixed order above makes every
+//     block of a pair that starts at query block 0 wait for all the higher ones to add there
+//     first, a staircase that costs most where each block has few query blocks to visit. Here
+//     key block n of E visits the query blocks from bwd_rotated_start on, wrapping around, so
+//     that at any step the blocks of a pair are at different query blocks, and its turn at a
+//     query block is its place in the order in which the blocks reach it (bwd_rotated_turn):
+//     nobody waits for a block that arrives after it. Whether the clusters fit the GPU (MIG
+//     and MPS limits included) picks the order, so the bits of a deterministic result may
+//     differ between such configurations, never between runs of one.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +65,8 @@ FA_HOST_DEVICE int bwd_rotated_start(int n, int key_blocks, int query_blocks) {
 }
 
 // Key block n's turn at query block m in the rotated order: how many key blocks reach m
-// before it, i.e. start in (start(n), m] cyclically. Starts rise with n, so start(n') <= y
-// for the first ceil((y + 1) E / M) key blocks n'.
+// before it, i.e. start in (start(n), m] cyclically. Starts rise with n, so start(n') <= m
+// for the first ceil((m + 1) E / M) key blocks n'.
 FA_HOST_DEVICE int bwd_rotated_turn(int n, int m, int key_blocks, int query_blocks) {
   const int64_t starting_by_m =
       (static_cast<int64_t>(m + 1) * key_blocks + query_blocks - 1) / query_blocks;

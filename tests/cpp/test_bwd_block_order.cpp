@@ -6,8 +6,8 @@
 // block are the order in which the key blocks reach it.
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <numeric>
 #include <set>

@@ -109,7 +109,9 @@ struct BwdSequence {
   }
 
   // For a block of a cluster that holds all key blocks of its pair: the rotated order, where
-  // it applies (every query block sees the same key blocks, at most one per query block).
+  // it applies (every query block sees the same key blocks, at most one per query block). The
+  // launcher clusters only such pairs (sm90/bwd_launch.cuh); this test keeps any other in the
+  // fixed order, which is also free of deadlock inside a cluster.
   __device__ __forceinline__ void use_rotated_order(const core::BackwardParams& p) {
     const int visiting = (seqlen_k + kBlockN - 1) / kBlockN;
     rotated = p.window_left < 0 && p.window_right < 0 && n < visiting && visiting <= m_blocks;

@@ -3,7 +3,8 @@
 // The same algorithm and schedule as sm80/bwd_kernel.cuh (read it first): one block per
 // (key block, KV head, batch entry) keeps dK and dV of its keys in registers and loops over the
 // query blocks (and the query heads of its KV head) that see it; dQ is added into the fp32
-// workspace accumulator; the deterministic mode takes turns per query block in the same order.
+// workspace accumulator; the deterministic mode takes turns per query block in the same order
+// (or, launched on clusters, in the rotated order of bwd_block_order.cuh).
 // What changes is who multiplies what. Two warpgroups split the work in one of two ways
 // (backward_tuning.hpp's bwd_sm90_tile):
 //
@@ -429,9 +430,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         }
         __syncwarp();  // this warp's turn to add into dQ
       }
-      // This warp's 16 dQ rows, 32 columns at a time: fragments into the scratch (16-byte
-      // chunks XOR-swizzled by row, so that both the stores and the row reads are
-      // conflict-free), then 4 rows per 16-byte atomic instruction.
+      // This warp's 16 dQ rows, 32 columns at a time: fragments into the scratch, then 4 rows
+      // per 16-byte atomic instruction. The 16-byte chunks are XOR-swizzled by row % 8 for the
+      // fragment stores: over the warp every bank is hit twice, the minimum for 256 bytes (if
+      // the hardware split 8-byte stores by half-warp, a swizzle by
+      // ((row & 3) << 1) | (row >> 2 & 1) would keep each half conflict-free; not measured).
+      // The row reads are conflict-free under any per-row permutation.
       const int query0 = m0 + dq_query0 + warp_row0;
       float* accum =
           w.dq_accum + ((q_row0 + query0) * p.nheads + h) * static_cast<int64_t>(D) + dq_col0;

@@ -247,11 +247,17 @@ TEST_P(CudaBackward, DeterministicRotatedOrder) {
 // a mask the 500 x 1000 (d = 128) and 1000 x 1000 (d = 64) problems take the rotated order on
 // Hopper (8 key blocks a cluster), the others the fixed order.
 TEST_P(CudaBackward, DeterministicIsBitwiseReproducible) {
-  const Shape shapes[] = {{2, 4, 2, 700, 900, 64}, {2, 4, 2, 700, 900, 256},
-                          {2, 4, 2, 500, 1000, 128}, {2, 4, 2, 1000, 1000, 64}};
-  for (const Shape& shape : shapes) {
-    Problem p = problem(shape);
-    p.causal = &shape == &shapes[0];
+  struct Case {
+    Shape shape;
+    bool causal;
+  };
+  const Case cases[] = {{{2, 4, 2, 700, 900, 64}, true},
+                        {{2, 4, 2, 700, 900, 256}, false},
+                        {{2, 4, 2, 500, 1000, 128}, false},
+                        {{2, 4, 2, 1000, 1000, 64}, false}};
+  for (const Case& c : cases) {
+    Problem p = problem(c.shape);
+    p.causal = c.causal;
     const fa_test::Inputs inputs = fa_test::make_inputs(p);
     fa_test::Outputs outputs = fa_test::make_outputs(p);
     const fa_test::Runner runner = deterministic_runner();
