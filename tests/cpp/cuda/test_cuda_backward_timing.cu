@@ -57,7 +57,7 @@ using CudaBackwardTiming = CudaTest;
 
 TEST_F(CudaBackwardTiming, DISABLED_DeterministicOverhead) {
   using flashattn::DType;
-  for (int seqlen : {1024, 4096, 16384}) {
+  for (int seqlen : {1024, 2048, 4096, 16384}) {
     for (int d : {64, 128, 256}) {
       for (bool causal : {false, true}) {
         const int batch = 16384 / seqlen, heads = 2048 / d;
