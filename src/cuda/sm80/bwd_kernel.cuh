@@ -158,7 +158,8 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   float* stats = reinterpret_cast<float*>(ds_bytes + PTile::kBytes);  // [buffer][lse2 | D]
 
   auto load_q_do = [&](int g, int m, int buffer) {
-    seq.template copy_q_do_async<D, S::kThreads>(p, hk * group + g, m, q_smem + buffer * QTile::kBytes,
+    seq.template copy_q_do_async<D, S::kThreads>(p, hk * group + g, m,
+                                                q_smem + buffer * QTile::kBytes,
                                                 do_smem + buffer * QTile::kBytes, tid);
   };
   auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
@@ -303,10 +304,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   };
 
   // Prologue: K, V and the first query block's Q, dO in one commit group.
-  const T* k = seq.base(p.k, hk, k_start) + n0 * p.k.row_stride;
-  const T* v = seq.base(p.v, hk, k_start) + n0 * p.v.row_stride;
-  block::copy_tile_async<kBlockN, D, S::kThreads>(k_smem, k, p.k.row_stride, seqlen_k - n0, tid);
-  block::copy_tile_async<kBlockN, D, S::kThreads>(v_smem, v, p.v.row_stride, seqlen_k - n0, tid);
+  seq.template copy_kv_async<D, S::kThreads>(p, hk, k_smem, v_smem, tid);
   const int m_first = seq.first_query_block();
   if (m_first < m_blocks) {
     load_q_do(0, m_first, 0);

@@ -70,6 +70,19 @@ struct BwdSequence {
     return mask.blocks(m * kBlockM, min(kBlockM, seqlen_q - m * kBlockM), kBlockN);
   }
 
+  // This key block's K and V rows of KV head hk into the tiles at k_tile / v_tile (cp.async by
+  // all Threads threads; rows past seqlen_k zero-filled). The caller commits.
+  template <int D, int Threads>
+  __device__ __forceinline__ void copy_kv_async(const core::BackwardParams& p, int hk,
+                                                uint32_t k_tile, uint32_t v_tile,
+                                                int tid) const {
+    const int n0 = n * kBlockN;
+    const T* k = base(p.k, hk, k_start) + n0 * p.k.row_stride;
+    const T* v = base(p.v, hk, k_start) + n0 * p.v.row_stride;
+    block::copy_tile_async<kBlockN, D, Threads>(k_tile, k, p.k.row_stride, seqlen_k - n0, tid);
+    block::copy_tile_async<kBlockN, D, Threads>(v_tile, v, p.v.row_stride, seqlen_k - n0, tid);
+  }
+
   // Q and dO of query block m of query head h into the tiles at q_tile / do_tile (cp.async
   // by all Threads threads; rows past the sequence zero-filled). The caller commits.
   template <int D, int Threads>

@@ -1,5 +1,6 @@
 // The launcher of fwd_kernel for one tile shape: grid, shared memory and the score
-// conversions (fwd_scores, score_transform.cuh). Included by the generated instantiation files (and the tile tuner).
+// conversions (fwd_scores, score_transform.cuh). Included by the generated instantiation files
+// (and the tile tuner).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -529,12 +529,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::raise_registers<S::kMmaRegisters>();
   }
 
-  const T* k = seq.base(p.k, hk, k_start) + n0 * p.k.row_stride;
-  const T* v = seq.base(p.v, hk, k_start) + n0 * p.v.row_stride;
-  sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(k_smem, k, p.k.row_stride,
-                                                           seqlen_k - n0, tid);
-  sm80::block::copy_tile_async<kBlockN, D, S::kMmaThreads>(v_smem, v, p.v.row_stride,
-                                                           seqlen_k - n0, tid);
+  seq.template copy_kv_async<D, S::kMmaThreads>(p, hk, k_smem, v_smem, tid);
   if (m_first < m_blocks) {
     load_q_do(0, m_first, 0);
     if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);

@@ -230,8 +230,7 @@ Status run_on_device(const Args& host_args, Call call) {
   flashattn::Launch launch;
   launch.backend = Backend::kCuda;
   launch.stream = stream.get();
-  launch.workspace =
-      workspace_bytes > 0 ? workspace.get() + offset : nullptr;
+  launch.workspace = workspace_bytes > 0 ? workspace.get() + offset : nullptr;
   launch.workspace_bytes = workspace_bytes;
   const Status ran = call(args, launch);
 
