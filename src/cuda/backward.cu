@@ -13,6 +13,7 @@
 #include "cuda/backward_pad.hpp"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
+#include "cuda/bwd_deterministic_plan.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_limits.hpp"
 #include "cuda/operand_traits.hpp"
@@ -121,11 +122,9 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90
   if (pairs > 0) {
     const int64_t elements = pairs * p.head_dim;
     if (vector) {
-      sm80::bwd_convert_dq<T, true><<<grid_for(elements / 8, 256), 256, 0, stream>>>(p, rows,
-                                                                                   w.dq_accum);
+      sm80::bwd_convert_dq<T, true><<<grid_for(elements / 8, 256), 256, 0, stream>>>(p, rows, w);
     } else {
-      sm80::bwd_convert_dq<T, false><<<grid_for(elements, 256), 256, 0, stream>>>(p, rows,
-                                                                                 w.dq_accum);
+      sm80::bwd_convert_dq<T, false><<<grid_for(elements, 256), 256, 0, stream>>>(p, rows, w);
     }
     FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
@@ -149,7 +148,9 @@ constexpr size_t kWorkspaceAlignment = 256;
 
 size_t workspace_bytes(const core::BackwardParams& p, const BwdPlan& plan) {
   const size_t kernel_bytes =
-      bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim)).total;
+      bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim),
+                           bwd_sm90_dq_slices(kernel_shape(p, plan), plan.head_dim))
+          .total;
   return kWorkspaceAlignment + kernel_bytes +
          (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }
@@ -187,7 +188,10 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   aligned.workspace = static_cast<char*>(p.workspace) + shift;
   aligned.workspace_bytes = p.workspace_bytes - shift;
   auto run = [&](const core::BackwardParams& q) {
-    const BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim));
+    // The accumulator slices are the sm90 kernel's; the sm80 kernel adds into slice 0.
+    const int slices = bwd_sm90_dq_slices(q, q.head_dim);
+    const BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim), slices,
+                                         limits.sm90a ? slices : 1);
     return q.dtype == core::ElementType::kF16
                ? run_typed<__half>(q, w, limits.sm90a, stream)
                : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);

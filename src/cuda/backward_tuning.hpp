@@ -102,19 +102,24 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // order of bwd_block_order.cuh). dq_writer (key split only): a third warpgroup
 // adds dQ into the accumulator from a shared-memory stash, at the cost of 15 registers per MMA
 // thread (240 instead of 255; the key split takes S^T and dP^T 64 queries at a time to fit).
+// writer_halves: the writer's two halves take alternate steps (bwd_kernel.cuh). H200,
+// deterministic cost, d = 128: 4096 +13% -> +3%, 16384 causal +16% -> +4%, default speed
+// unchanged; but d = 64 (block_m 128) lost 1-2% of its default speed and went from +2% to +12%
+// at 4096 (cause not found), so it keeps one writer.
 struct BwdSm90Tile {
   int block_m;
   int block_n;
   int warps;  // of the MMA warpgroups
   bool dq_writer;
+  bool writer_halves;
 };
 
 constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 8, true};
-    case 128: return {64, 128, 8, true};
-    case 256: return {64, 64, 8, false};
-    default: return {0, 0, 0, false};
+    case 64: return {128, 128, 8, true, false};
+    case 128: return {64, 128, 8, true, true};
+    case 256: return {64, 64, 8, false, false};
+    default: return {0, 0, 0, false, false};
   }
 }
 
@@ -134,6 +139,7 @@ constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
   return head_dim % 64 == 0 && t.warps == 8 && (t.block_m == 64 || t.block_m == 128) &&
          (t.block_n == 128 || (t.block_n == 64 && head_dim % 128 == 0 && t.block_m == 64)) &&
          t.block_n == bwd_sm80_tile(head_dim).block_n && (t.block_n == 128 || !t.dq_writer) &&
+         (t.dq_writer || !t.writer_halves) &&
          bwd_sm90_smem_bytes(head_dim, t) <= kBwdSmemMax;
 }
 

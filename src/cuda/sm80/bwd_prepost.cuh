@@ -2,8 +2,9 @@
 // loads and stores where the operands allow (bwd_prepost_vector_ok), else element by element.
 //   bwd_preprocess: a few lanes per (query row, head): D = dot(dO, O) in fp32, lse in log2
 //     units (+inf for a row without keys: its P is exp2(s - inf) = 0, never NaN), and the row's
-//     fp32 dQ accumulator zeroed (the main kernel adds into it).
-//   bwd_convert_dq: dq = scale * accumulator, rounded to the output type.
+//     fp32 dQ accumulator zeroed, every slice (the main kernel adds into it).
+//   bwd_convert_dq: dq = scale * accumulator (its slices added in order), rounded to the
+//     output type.
 // Rows are the packed query rows (b * seqlen_q + i when dense, cu_seqlens_q-relative when
 // varlen); `RowMap` turns one into an operand offset.
 #pragma once
@@ -92,12 +93,14 @@ __global__ void bwd_preprocess(const __grid_constant__ core::BackwardParams p, R
     }
     for (int s = lanes / 2; s >= 1; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
     if (!valid) continue;
-    float* accum = w.dq_accum + i * p.head_dim;
-    for (int c = sub * kZeros; c < p.head_dim; c += lanes * kZeros) {
-      if constexpr (kVector) {
-        *reinterpret_cast<float4*>(accum + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-      } else {
-        accum[c] = 0.f;
+    for (int slice = 0; slice < 1 << w.dq_slice_bits; ++slice) {
+      float* accum = w.dq_accum + (slice * pairs + i) * p.head_dim;
+      for (int c = sub * kZeros; c < p.head_dim; c += lanes * kZeros) {
+        if constexpr (kVector) {
+          *reinterpret_cast<float4*>(accum + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
+          accum[c] = 0.f;
+        }
       }
     }
     if (sub == 0) {
@@ -116,7 +119,9 @@ __global__ void bwd_preprocess(const __grid_constant__ core::BackwardParams p, R
 // One thread per 8 elements (kVector) or per element.
 template <class T, bool kVector>
 __global__ void bwd_convert_dq(const __grid_constant__ core::BackwardParams p, RowMap rows,
-                               const float* accum) {
+                               const BwdWorkspace w) {
+  const float* accum = w.dq_accum;
+  const int64_t slice_floats = static_cast<int64_t>(p.total_q) * p.nheads * p.head_dim;
   constexpr int kWidth = kVector ? 8 : 1;
   const int64_t total = static_cast<int64_t>(p.total_q) * p.nheads * p.head_dim / kWidth;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -128,8 +133,14 @@ __global__ void bwd_convert_dq(const __grid_constant__ core::BackwardParams p, R
     const int64_t r = pair / p.nheads;
     T* dq = static_cast<T*>(p.dq.ptr) + rows.offset(p.dq, r, h) + c;
     if constexpr (kVector) {
-      const float4 lo = *reinterpret_cast<const float4*>(accum + e);
-      const float4 hi = *reinterpret_cast<const float4*>(accum + e + 4);
+      float4 lo = *reinterpret_cast<const float4*>(accum + e);
+      float4 hi = *reinterpret_cast<const float4*>(accum + e + 4);
+      if (w.dq_slice_bits != 0) {
+        const float4 lo1 = *reinterpret_cast<const float4*>(accum + slice_floats + e);
+        const float4 hi1 = *reinterpret_cast<const float4*>(accum + slice_floats + e + 4);
+        lo = make_float4(lo.x + lo1.x, lo.y + lo1.y, lo.z + lo1.z, lo.w + lo1.w);
+        hi = make_float4(hi.x + hi1.x, hi.y + hi1.y, hi.z + hi1.z, hi.w + hi1.w);
+      }
       uint4 packed;
       packed.x = prim::thread::pack2<T>(lo.x * p.scale, lo.y * p.scale);
       packed.y = prim::thread::pack2<T>(lo.z * p.scale, lo.w * p.scale);
@@ -137,7 +148,8 @@ __global__ void bwd_convert_dq(const __grid_constant__ core::BackwardParams p, R
       packed.w = prim::thread::pack2<T>(hi.z * p.scale, hi.w * p.scale);
       *reinterpret_cast<uint4*>(dq) = packed;
     } else {
-      *dq = static_cast<T>(accum[e] * p.scale);
+      const float sum = w.dq_slice_bits != 0 ? accum[e] + accum[slice_floats + e] : accum[e];
+      *dq = static_cast<T>(sum * p.scale);
     }
   }
 }

@@ -109,13 +109,16 @@ struct BwdSequence {
     return is_lse ? w.lse_log2[row] : w.dsum[row];
   }
 
-  // Deterministic mode: the turn counter of query block m of query head h (the workspace holds
-  // [batch][heads][query blocks of p.seqlen_q] of them) and this key block's turn at query
-  // block m, which key blocks [.., kb.end) visit: the higher ones add first, or in the rotated
-  // order (bwd_block_order.cuh) the earlier arrivals.
+  // Deterministic mode: the turn counter of query block m of query head h in accumulator slice
+  // `slice` (the workspace holds [batch][heads][query blocks of p.seqlen_q] of them per slice)
+  // and this key block's turn at query block m, which key blocks [.., kb.end) visit: the higher
+  // ones add first, or in the rotated order (bwd_block_order.cuh) the earlier arrivals. Within
+  // a slice of two the turn is halved (bwd_deterministic_plan.hpp).
   __device__ __forceinline__ int32_t* turn_counter(const core::BackwardParams& p,
-                                                   const BwdWorkspace& w, int h, int m) const {
-    return w.turns + (static_cast<int64_t>(b) * p.nheads + h) * m_blocks_max + m;
+                                                   const BwdWorkspace& w, int h, int m,
+                                                   int slice = 0) const {
+    const int64_t pair = static_cast<int64_t>(b + slice * p.batch) * p.nheads + h;
+    return w.turns + (pair * m_blocks_max + m) * kBwdTurnStride;
   }
   __device__ __forceinline__ int turn(int m, const KeyBlocks& kb) const {
     return rotated ? bwd_rotated_turn(n, m, rotated_keys, m_blocks) : kb.end - 1 - n;

@@ -3,8 +3,9 @@
 // The same algorithm and schedule as sm80/bwd_kernel.cuh (read it first): one block per
 // (key block, KV head, batch entry) keeps dK and dV of its keys in registers and loops over the
 // query blocks (and the query heads of its KV head) that see it; dQ is added into the fp32
-// workspace accumulator; the deterministic mode takes turns per query block in the same order
-// (or, launched on clusters, in the rotated order of bwd_block_order.cuh).
+// workspace accumulator; the deterministic mode (an instantiation of its own) takes turns per
+// query block in the same order (or, launched on clusters, in the rotated order of
+// bwd_block_order.cuh), in one of two accumulator slices where bwd_deterministic_plan.hpp says.
 // What changes is who multiplies what. Two warpgroups split the work in one of two ways
 // (backward_tuning.hpp's bwd_sm90_tile):
 //
@@ -63,7 +64,10 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int D>
+// kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
+// the writer's halves are compiled into it alone: in one kernel with the default mode they
+// made the 24-register writer spill more and cost the default 1-4% (H200, d = 64 and 128).
+template <int D, bool kDeterministic = false>
 struct BwdShape {
   static constexpr BwdSm90Tile kTile = bwd_sm90_tile(D);
   static_assert(bwd_sm90_tile_valid(D, kTile), "invalid sm90 backward tile");
@@ -77,6 +81,13 @@ struct BwdShape {
   static constexpr bool kDqWriter = kTile.dq_writer;
   static constexpr int kMmaThreads = 32 * kTile.warps;
   static constexpr int kThreads = kMmaThreads + (kDqWriter ? 128 : 0);
+  // Deterministic with kTile.writer_halves: the writer's two halves of 64 threads take
+  // alternate steps, half i always stash buffer i, so that one half's turn release, which waits
+  // for its additions to land, overlaps the other half's additions. Each stash handoff joins
+  // the MMA warpgroups and the writer (or its half).
+  static constexpr int kWriterHalves = kDeterministic && kTile.writer_halves ? 2 : 1;
+  static constexpr int kWriterHalfThreads = 128 / kWriterHalves;
+  static constexpr int kStashHandoffThreads = kMmaThreads + kWriterHalfThreads;
   // Registers per thread after the reallocation (registers.cuh): 2 x 128 x 240 + 128 x 24
   // fits the 64K register file.
   static constexpr int kMmaRegisters = 240;
@@ -127,16 +138,17 @@ __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&
   }
 }
 
-// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, and per stash
-// buffer "full" (MMA warpgroups arrive, the writer waits) and "empty" (the other way round).
+// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, per stash
+// buffer "full" (MMA warpgroups arrive, the writer's half waits) and "empty" (the other way
+// round), and per writer half its threads among themselves.
 enum BwdBarrier : int { kMmaBarrier = 1, kStashFull = 2, kStashEmpty = 4, kWriterBarrier = 6 };
 
-template <class T, int D, bool kDropout>
+template <class T, int D, bool kDropout, bool kDeterministic>
 __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const sm80::FwdScores sc,
                const BwdWorkspace w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D>;
+  using S = BwdShape<D, kDeterministic>;
   using QTile = typename S::QTile;
   using KTile = typename S::KTile;
   using PTile = typename S::PTile;
@@ -151,9 +163,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int group_index = tid / 128;  // this thread's warpgroup
   // Launched on clusters (bwd_launch.cuh, with the dQ writer only): deterministic, a cluster
   // per (head, batch) pair.
-  const bool clustered = S::kDqWriter && cluster_blocks() > 1;
+  const bool clustered = kDeterministic && S::kDqWriter && cluster_blocks() > 1;
   const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, clustered);
+      bwd_block(kDeterministic, p.window_left >= 0 || p.window_right >= 0, clustered);
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;
@@ -221,10 +233,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   for (int i = 0; i < S::kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
   // Deterministic, without the writer: each warp waits for the turn and passes it on for its
   // own rows, so that no barrier joins the warps there; a block's turn is over once all its
-  // warps added (the counter advances by kTile.warps per block). The warp's __syncwarp orders
-  // its lanes' additions before lane 0's release, whose wait for them to land stalls the warp:
-  // a step gives it once its first products are issued, while they run.
+  // warps added (the counter advances by kTile.warps per block; a counter per warp measured
+  // the same on an H200). The warp's __syncwarp orders its lanes' additions before lane 0's
+  // release, whose wait for them to land stalls the warp: a step gives it once its first
+  // products are issued, while they run.
   int32_t* unreleased = nullptr;  // the dQ turn this warp has yet to pass on
+  // The accumulator slice this block adds into (bwd_deterministic_plan.hpp).
+  const int dq_slice = kDeterministic ? n & ((1 << w.dq_slice_bits) - 1) : 0;
+  const int64_t accum_row0 = q_row0 + dq_slice * static_cast<int64_t>(p.total_q);
   auto release_turn = [&]() {
     if (unreleased != nullptr) {
       __syncwarp();
@@ -375,8 +391,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::fence_proxy_async_shared();
     int32_t* turn_counter = nullptr;
     int seen = -1;
-    if (!S::kDqWriter && p.deterministic) {
-      turn_counter = seq.turn_counter(p, w, h, m);
+    if (!S::kDqWriter && kDeterministic) {
+      turn_counter = seq.turn_counter(p, w, h, m, dq_slice);
       if (lane == 0) seen = prim::load_acquire(turn_counter);  // in flight during dQ
     }
     prim::named_sync(kMmaBarrier, S::kMmaThreads);  // dS^T (and P^T) complete
@@ -411,7 +427,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     if constexpr (S::kDqWriter) {
       // To the stash the writer read two steps ago, then tell it.
       const uint32_t stash = stash_smem + buffer * S::kStashBytes;
-      if (iteration >= 2) prim::named_sync(kStashEmpty + buffer, S::kThreads);
+      if (iteration >= 2) prim::named_sync(kStashEmpty + buffer, S::kStashHandoffThreads);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = dq_query0 + frag_row + 8 * half;
@@ -422,11 +438,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                              dq[4 * j + 2 * half + 1]);
         }
       }
-      prim::named_arrive(kStashFull + buffer, S::kThreads);
+      prim::named_arrive(kStashFull + buffer, S::kStashHandoffThreads);
     } else {
-      if (p.deterministic) {
+      if constexpr (kDeterministic) {
         if (lane == 0) {
-          while (seen < turn * S::kTile.warps) seen = prim::load_acquire(turn_counter);
+          const int slice_turn = turn >> w.dq_slice_bits;  // in the fixed order
+          while (seen < slice_turn * S::kTile.warps) seen = prim::load_acquire(turn_counter);
         }
         __syncwarp();  // this warp's turn to add into dQ
       }
@@ -437,8 +454,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       // ((row & 3) << 1) | (row >> 2 & 1) would keep each half conflict-free; not measured).
       // The row reads are conflict-free under any per-row permutation.
       const int query0 = m0 + dq_query0 + warp_row0;
-      float* accum =
-          w.dq_accum + ((q_row0 + query0) * p.nheads + h) * static_cast<int64_t>(D) + dq_col0;
+      float* accum = w.dq_accum +
+                     ((accum_row0 + query0) * p.nheads + h) * static_cast<int64_t>(D) + dq_col0;
       const int rows = seqlen_q - query0;
       const uint32_t scratch = scratch_smem + tid / 32 * S::kScratchBytes;
       auto scratch_at = [&](int row, int col) {
@@ -485,44 +502,50 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   if constexpr (S::kDqWriter) {
     if (group_index == 2) {
       wg::lower_registers<S::kWriterRegisters>();
-      // Each step: wait for the stash (and, deterministic, first for the turn: thread 0 spins
-      // before the barrier that releases the other writer threads), add it into the
-      // accumulator with 16-byte atomics, free the stash, and pass the turn on once the
-      // additions are issued by every writer thread.
+      // Each step of its half: wait for the stash (and, deterministic, first for the turn:
+      // the half's thread 0 spins before the barrier that releases the other threads), add it
+      // into the accumulator with 16-byte atomics, free the stash, and pass the turn on once
+      // the additions are issued by every thread of the half.
       const int writer_tid = tid - S::kMmaThreads;
+      const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
+      const int half_tid =
+          S::kWriterHalves == 2 ? writer_tid % S::kWriterHalfThreads : writer_tid;
       int g = 0, m = m_first;
-      for (int iteration = 0; m < m_blocks; ++iteration) {
+      if (S::kWriterHalves == 2 && writer_half == 1) advance(g, m);  // from the second step
+      for (int iteration = writer_half; m < m_blocks; iteration += S::kWriterHalves) {
         const int buffer = iteration % 2;
         const int h = hk * group + g;
         const int m0 = m * kBlockM;
         int32_t* counter = nullptr;
-        if (p.deterministic) {
-          counter = seq.turn_counter(p, w, h, m);
-          const int turn = seq.turn(m, seq.blocks_of(m));
-          if (writer_tid == 0) {
+        if constexpr (kDeterministic) {
+          counter = seq.turn_counter(p, w, h, m, dq_slice);
+          const int turn = seq.turn(m, seq.blocks_of(m)) >> w.dq_slice_bits;
+          if (half_tid == 0) {
             while (prim::load_acquire(counter) != turn) {
             }
           }
         }
-        prim::named_sync(kStashFull + buffer, S::kThreads);
+        prim::named_sync(kStashFull + buffer, S::kStashHandoffThreads);
         const float* stash = reinterpret_cast<const float*>(
             smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
-        float* accum = w.dq_accum + ((q_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+        float* accum =
+            w.dq_accum + ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
         const int rows = min(kBlockM, seqlen_q - m0);
 #pragma unroll 4
-        for (int q = writer_tid; q < kBlockM * D / 4; q += 128) {
+        for (int q = half_tid; q < kBlockM * D / 4; q += S::kWriterHalfThreads) {
           const int row = q / (D / 4), col = 4 * (q % (D / 4));
           if (row < rows) {
             atomicAdd(reinterpret_cast<float4*>(accum + row * accum_row_stride + col),
                       *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
           }
         }
-        prim::named_arrive(kStashEmpty + buffer, S::kThreads);
-        if (p.deterministic) {
-          prim::named_sync(kWriterBarrier, 128);
-          if (writer_tid == 0) prim::add_release(counter, 1);
+        prim::named_arrive(kStashEmpty + buffer, S::kStashHandoffThreads);
+        if constexpr (kDeterministic) {
+          prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
+          if (half_tid == 0) prim::add_release(counter, 1);
         }
         advance(g, m);
+        if (S::kWriterHalves == 2 && m < m_blocks) advance(g, m);
       }
       return;
     }
@@ -566,7 +589,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   if constexpr (S::kDqWriter) {
     // Complete the phases of the writer's last "empty" arrivals.
     for (int i = iteration < 2 ? 0 : iteration - 2; i < iteration; ++i) {
-      prim::named_sync(kStashEmpty + i % 2, S::kThreads);
+      prim::named_sync(kStashEmpty + i % 2, S::kStashHandoffThreads);
     }
   } else {
     release_turn();

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/bwd_deterministic_plan.hpp"
 #include "cuda/check.hpp"
 #include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm90/bwd_kernel.cuh"
@@ -10,34 +11,21 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The most key blocks of a pair a cluster holds for the rotated order. A cluster of 8 keeps
-// 120 of an H200's 132 SMs busy at one block per SM (cudaOccupancyMaxActiveClusters), one of
-// 16 only 112; H200, no mask, deterministic cost: d = 64 at 1024 (8 x 8 blocks) +20% fixed,
-// +12% rotated; d = 256 at 512 (8 x 8) +33% / +26%; but d = 128 at 1024 (8 key x 16 query
-// blocks, the fixed order's staircase half as steep) +15% / +18%, d = 256 at 1024 (16 x 16)
-// +27% / +34%.
-inline constexpr int kBwdMaxClusterBlocks = 8;
-
-template <class T, int D, bool kDropout>
-Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
-  using S = BwdShape<D>;
-  if (p.batch == 0 || p.nheads == 0 || p.seqlen_k == 0) return Status::Ok();
-  auto kernel = &bwd_kernel<T, D, kDropout>;
+template <class T, int D, bool kDropout, bool kDeterministic>
+Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
+                       cudaStream_t stream) {
+  using S = BwdShape<D, kDeterministic>;
+  auto kernel = &bwd_kernel<T, D, kDropout, kDeterministic>;
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   const int key_blocks = (p.seqlen_k + S::kBlockN - 1) / S::kBlockN;
-  const int query_blocks = (p.seqlen_q + S::kBlockM - 1) / S::kBlockM;
   const dim3 grid(key_blocks, p.nheads_k, p.batch);
   const sm80::FwdScores scores = sm80::fwd_scores(p);
-  // Deterministic without a mask, as many query blocks as key blocks and at most 8 of these:
-  // every pair's key blocks in one cluster take the rotated order (bwd_block_order.cuh), where
-  // such a cluster fits the GPU (the occupancy query says whether one can run at all); else
-  // the plain launch and the fixed order. Only with the dQ writer: the rotation's state costs
-  // the column split (d = 256, 255 registers) 3-4% of its default speed on an H200.
-  const bool rotate = S::kDqWriter && p.deterministic && p.window_left < 0 && p.window_right < 0 &&
-                      p.cu_seqlens_q == nullptr && key_blocks >= 2 &&
-                      key_blocks <= kBwdMaxClusterBlocks && key_blocks == query_blocks;
-  if (rotate) {
+  // The rotated order (bwd_deterministic_plan.hpp): every pair's key blocks in one cluster,
+  // where such a cluster fits the GPU (the occupancy query says whether one can run at all);
+  // else the plain launch and the fixed order. Only with the dQ writer: the rotation's state
+  // costs the column split (d = 256, 255 registers) 3-4% of its default speed on an H200.
+  if (bwd_sm90_rotates(p, D)) {
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = key_blocks;
@@ -62,6 +50,13 @@ Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaSt
   }
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, scores, w);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
+}
+
+template <class T, int D, bool kDropout>
+Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaStream_t stream) {
+  if (p.batch == 0 || p.nheads == 0 || p.seqlen_k == 0) return Status::Ok();
+  return p.deterministic ? launch_backward<T, D, kDropout, true>(p, w, stream)
+                         : launch_backward<T, D, kDropout, false>(p, w, stream);
 }
 
 template <class T, int D>

@@ -1,0 +1,56 @@
+// How the deterministic backward orders its dQ additions on Hopper (sm90/bwd_kernel.cuh),
+// decided from the problem alone so that the workspace query (device-independent) and the
+// launch agree:
+//   rotated (bwd_block_order.cuh): the kernel with the dQ writer, no mask, dense, as many query
+//     blocks as key blocks and 2 to kBwdMaxClusterBlocks of them: a pair's key blocks run as one
+//     thread-block cluster and start at different query blocks. Taken where the clusters fit.
+//   sliced: otherwise, no mask and at most kBwdMaxSlicedKeyBlocks key blocks: the fp32 dQ
+//     accumulator has two slices, key block n adds into slice n % 2 and takes turns only with
+//     the key blocks of its slice (the fixed order within it), and the conversion adds the
+//     slices in order. Every key block of a pair reaches query block 0 at once and waits there
+//     for all the higher ones; two slices halve that staircase, which costs most where each
+//     block visits few query blocks. More key blocks keep one slice: the staircase matters
+//     less, and zeroing and reading the second slice costs more.
+#pragma once
+
+#include <cstdint>
+
+#include "core/params.hpp"
+#include "cuda/backward_tuning.hpp"
+
+namespace flashattn::cuda {
+
+// The most key blocks of a pair a cluster holds for the rotated order. A cluster of 8 keeps
+// 120 of an H200's 132 SMs busy at one block per SM (cudaOccupancyMaxActiveClusters), one of
+// 16 only 112; H200, no mask, deterministic cost: d = 64 at 1024 (8 x 8 blocks) +20% fixed,
+// +12% rotated; d = 256 at 512 (8 x 8) +33% / +26%; but d = 128 at 1024 (8 key x 16 query
+// blocks, the fixed order's staircase half as steep) +15% / +18%, d = 256 at 1024 (16 x 16)
+// +27% / +34%.
+inline constexpr int kBwdMaxClusterBlocks = 8;
+
+// H200, no mask: d = 256 at 1024 (16 key blocks) +28% -> +17%, at 2048 (32) +14% -> +12%;
+// causal, where the visits are staggered already, 1024 went from +10% to +16%.
+inline constexpr int kBwdMaxSlicedKeyBlocks = 16;
+
+inline int64_t bwd_blocks(int64_t rows, int block) { return (rows + block - 1) / block; }
+
+// The problem takes the rotated order on Hopper where clusters of its key blocks fit.
+inline bool bwd_sm90_rotates(const core::BackwardParams& p, int head_dim) {
+  const BwdSm90Tile t = bwd_sm90_tile(head_dim);
+  const int64_t key_blocks = bwd_blocks(p.seqlen_k, t.block_n);
+  return t.dq_writer && p.deterministic && !p.has_window() && !p.is_varlen() &&
+         key_blocks >= 2 && key_blocks <= kBwdMaxClusterBlocks &&
+         key_blocks == bwd_blocks(p.seqlen_q, t.block_m);
+}
+
+// The dQ accumulator slices of the problem on Hopper: 1 or 2.
+inline int bwd_sm90_dq_slices(const core::BackwardParams& p, int head_dim) {
+  const BwdSm90Tile t = bwd_sm90_tile(head_dim);
+  if (t.block_m == 0 || !p.deterministic || p.has_window() || bwd_sm90_rotates(p, head_dim)) {
+    return 1;
+  }
+  const int64_t key_blocks = bwd_blocks(p.seqlen_k, t.block_n);
+  return key_blocks >= 2 && key_blocks <= kBwdMaxSlicedKeyBlocks ? 2 : 1;
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,93 @@
+// The deterministic backward's plan on Hopper (src/cuda/bwd_deterministic_plan.hpp), checked on
+// the CPU: which problems take the rotated order and which the two dQ accumulator slices (never
+// both), that the turns within a slice count each of its key blocks once, highest first, and
+// that the workspace holds the slices.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "cuda/backward_workspace.hpp"
+#include "cuda/bwd_deterministic_plan.hpp"
+
+namespace {
+
+using flashattn::core::BackwardParams;
+using flashattn::cuda::bwd_sm90_dq_slices;
+using flashattn::cuda::bwd_sm90_rotates;
+
+BackwardParams problem(int seqlen_q, int seqlen_k, int head_dim, bool deterministic = true) {
+  BackwardParams p;
+  p.batch = 2;
+  p.nheads = p.nheads_k = 4;
+  p.head_dim = p.head_dim_v = head_dim;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.total_q = p.batch * seqlen_q;
+  p.deterministic = deterministic;
+  return p;
+}
+
+TEST(BwdDeterministicPlan, RotatedOrderOnlyForSquarePairsOfAtMostEightKeyBlocks) {
+  EXPECT_TRUE(bwd_sm90_rotates(problem(1024, 1024, 64), 64));   // 8 x 8 blocks of 128
+  EXPECT_TRUE(bwd_sm90_rotates(problem(256, 250, 64), 64));     // 2 x 2
+  EXPECT_FALSE(bwd_sm90_rotates(problem(2048, 2048, 64), 64));  // 16 key blocks
+  EXPECT_FALSE(bwd_sm90_rotates(problem(1024, 1024, 128), 128));  // 8 key x 16 query blocks
+  EXPECT_FALSE(bwd_sm90_rotates(problem(512, 512, 256), 256));    // no dQ writer
+  EXPECT_FALSE(bwd_sm90_rotates(problem(100, 100, 64), 64));      // one key block
+  EXPECT_FALSE(bwd_sm90_rotates(problem(1024, 1024, 64, false), 64));
+  BackwardParams causal = problem(1024, 1024, 64);
+  causal.window_right = 0;
+  EXPECT_FALSE(bwd_sm90_rotates(causal, 64));
+  BackwardParams varlen = problem(1024, 1024, 64);
+  const int32_t cu[] = {0, 1024, 2048};
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
+  EXPECT_FALSE(bwd_sm90_rotates(varlen, 64));
+}
+
+TEST(BwdDeterministicPlan, SlicesForShortPairsWithoutAMaskThatDoNotRotate) {
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 256), 256), 2);  // 16 key blocks of 64
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(2048, 2048, 256), 256), 1);  // 32
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 128), 128), 2);  // 8, not rotated
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(2048, 2048, 64), 64), 2);    // 16
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(4096, 4096, 64), 64), 1);    // 32
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 64), 64), 1);    // rotated
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(64, 64, 256), 256), 1);      // one key block
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 256, false), 256), 1);
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 96), 96), 1);  // no Hopper kernel
+  BackwardParams causal = problem(1024, 1024, 256);
+  causal.window_right = 0;
+  EXPECT_EQ(bwd_sm90_dq_slices(causal, 256), 1);
+  BackwardParams window = problem(1024, 1024, 256);
+  window.window_left = 100;
+  EXPECT_EQ(bwd_sm90_dq_slices(window, 256), 1);
+}
+
+// The kernels' turn in a slice: key block n of those visiting a query block (up to `end`) adds
+// into slice n % 2 at turn (end - 1 - n) / 2, i.e. after the higher key blocks of its slice.
+TEST(BwdDeterministicPlan, SliceTurnsCountTheHigherKeyBlocksOfTheSlice) {
+  for (int end = 1; end <= 16; ++end) {
+    std::set<int> turns[2];
+    for (int n = end - 1; n >= 0; --n) {
+      const int slice = n & 1, turn = (end - 1 - n) >> 1;
+      EXPECT_EQ(turn, static_cast<int>(turns[slice].size())) << "end " << end << " n " << n;
+      turns[slice].insert(turn);
+    }
+    EXPECT_EQ(turns[0].size() + turns[1].size(), static_cast<size_t>(end));
+  }
+}
+
+TEST(BwdDeterministicPlan, WorkspaceHoldsTheSlices) {
+  using flashattn::cuda::bwd_workspace_layout;
+  const BackwardParams p = problem(1024, 1024, 256);
+  const auto one = bwd_workspace_layout(p, 64, 1);
+  const auto two = bwd_workspace_layout(p, 64, 2);
+  const size_t accum = static_cast<size_t>(p.total_q) * p.nheads * p.head_dim * 4;
+  EXPECT_EQ(one.turns - one.dq_accum, accum);
+  EXPECT_EQ(two.turns - two.dq_accum, 2 * accum);
+  EXPECT_EQ(two.turns_bytes, 2 * one.turns_bytes);
+  EXPECT_EQ(one.turns_bytes, static_cast<size_t>(p.batch) * p.nheads * (1024 / 64) *
+                                 flashattn::cuda::kBwdTurnStride * 4);
+  EXPECT_EQ(bwd_workspace_layout(problem(1024, 1024, 256, false), 64, 1).turns_bytes, 0u);
+}
+
+}  // namespace
