@@ -102,10 +102,11 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // order of bwd_block_order.cuh). dq_writer (key split only): a third warpgroup
 // adds dQ into the accumulator from a shared-memory stash, at the cost of 15 registers per MMA
 // thread (240 instead of 255; the key split takes S^T and dP^T 64 queries at a time to fit).
-// writer_halves: the writer's two halves take alternate steps (bwd_kernel.cuh). H200,
-// deterministic cost, d = 128: 4096 +13% -> +3%, 16384 causal +16% -> +4%, default speed
-// unchanged; but d = 64 (block_m 128) lost 1-2% of its default speed and went from +2% to +12%
-// at 4096 (cause not found), so it keeps one writer.
+// writer_halves: in the deterministic kernel the writer's two halves take alternate steps
+// (bwd_kernel.cuh). H200, deterministic cost, d = 128: 4096 +13% -> +3%, 16384 causal +16% ->
+// +4%; but d = 64 (block_m 128) went from +2% to +12% at 4096 (cause not found; measured with
+// the halves compiled into the default kernel too, where they also cost d = 64 1-2% of its
+// default speed), so it keeps one writer.
 struct BwdSm90Tile {
   int block_m;
   int block_n;

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/params.hpp"
+#include "core/platform.hpp"
 #include "cuda/backward_tuning.hpp"
 
 namespace flashattn::cuda {
@@ -28,7 +29,7 @@ namespace flashattn::cuda {
 // +27% / +34%.
 inline constexpr int kBwdMaxClusterBlocks = 8;
 
-// H200, no mask: d = 256 at 1024 (16 key blocks) +28% -> +17%, at 2048 (32) +14% -> +12%;
+// H200, no mask: d = 256 at 1024 (16 key blocks) +28% -> +17%, at 2048 (32) +12% either way;
 // causal, where the visits are staggered already, 1024 went from +10% to +16%.
 inline constexpr int kBwdMaxSlicedKeyBlocks = 16;
 
@@ -41,6 +42,13 @@ inline bool bwd_sm90_rotates(const core::BackwardParams& p, int head_dim) {
   return t.dq_writer && p.deterministic && !p.has_window() && !p.is_varlen() &&
          key_blocks >= 2 && key_blocks <= kBwdMaxClusterBlocks &&
          key_blocks == bwd_blocks(p.seqlen_q, t.block_m);
+}
+
+// Key block n's accumulator slice, and its turn there from its turn in the fixed order over
+// all key blocks of its query block (the higher ones first): the higher ones of its parity.
+FA_HOST_DEVICE int bwd_dq_slice(int n, int slice_bits) { return n & ((1 << slice_bits) - 1); }
+FA_HOST_DEVICE int bwd_slice_turn(int fixed_turn, int slice_bits) {
+  return fixed_turn >> slice_bits;
 }
 
 // The dQ accumulator slices of the problem on Hopper: 1 or 2.

@@ -12,6 +12,8 @@
 namespace {
 
 using flashattn::core::BackwardParams;
+using flashattn::cuda::bwd_dq_slice;
+using flashattn::cuda::bwd_slice_turn;
 using flashattn::cuda::bwd_sm90_dq_slices;
 using flashattn::cuda::bwd_sm90_rotates;
 
@@ -60,19 +62,30 @@ TEST(BwdDeterministicPlan, SlicesForShortPairsWithoutAMaskThatDoNotRotate) {
   BackwardParams window = problem(1024, 1024, 256);
   window.window_left = 100;
   EXPECT_EQ(bwd_sm90_dq_slices(window, 256), 1);
+  // The GPU suite's sliced problems (test_cuda_backward_suite.cpp, sanitize).
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(700, 900, 256), 256), 2);
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(300, 200, 256), 256), 2);
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(130, 140, 256), 256), 2);
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(200, 300, 128), 128), 2);
 }
 
-// The kernels' turn in a slice: key block n of those visiting a query block (up to `end`) adds
-// into slice n % 2 at turn (end - 1 - n) / 2, i.e. after the higher key blocks of its slice.
+// The kernels' turn in a slice: key blocks [0, end) visit a query block; in the fixed order
+// key block n's turn is end - 1 - n. In two slices (slice_bits 1) each key block's turn is the
+// number of higher key blocks in its slice, so the turns of a slice are 0, 1, 2, ... from the
+// highest key block down; with one slice they stay the fixed order's.
 TEST(BwdDeterministicPlan, SliceTurnsCountTheHigherKeyBlocksOfTheSlice) {
-  for (int end = 1; end <= 16; ++end) {
-    std::set<int> turns[2];
-    for (int n = end - 1; n >= 0; --n) {
-      const int slice = n & 1, turn = (end - 1 - n) >> 1;
-      EXPECT_EQ(turn, static_cast<int>(turns[slice].size())) << "end " << end << " n " << n;
-      turns[slice].insert(turn);
+  for (int bits = 0; bits <= 1; ++bits) {
+    for (int end = 1; end <= 16; ++end) {
+      std::set<int> turns[2];
+      for (int n = end - 1; n >= 0; --n) {
+        const int slice = bwd_dq_slice(n, bits);
+        ASSERT_TRUE(slice == (bits == 0 ? 0 : n % 2));
+        const int turn = bwd_slice_turn(end - 1 - n, bits);
+        EXPECT_EQ(turn, static_cast<int>(turns[slice].size())) << "end " << end << " n " << n;
+        turns[slice].insert(turn);
+      }
+      EXPECT_EQ(turns[0].size() + turns[1].size(), static_cast<size_t>(end));
     }
-    EXPECT_EQ(turns[0].size() + turns[1].size(), static_cast<size_t>(end));
   }
 }
 

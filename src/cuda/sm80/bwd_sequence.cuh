@@ -112,8 +112,8 @@ struct BwdSequence {
   // Deterministic mode: the turn counter of query block m of query head h in accumulator slice
   // `slice` (the workspace holds [batch][heads][query blocks of p.seqlen_q] of them per slice)
   // and this key block's turn at query block m, which key blocks [.., kb.end) visit: the higher
-  // ones add first, or in the rotated order (bwd_block_order.cuh) the earlier arrivals. Within
-  // a slice of two the turn is halved (bwd_deterministic_plan.hpp).
+  // ones add first, or in the rotated order (bwd_block_order.cuh) the earlier arrivals (within
+  // an accumulator slice: bwd_slice_turn).
   __device__ __forceinline__ int32_t* turn_counter(const core::BackwardParams& p,
                                                    const BwdWorkspace& w, int h, int m,
                                                    int slice = 0) const {

@@ -42,9 +42,10 @@
 #include <type_traits>
 
 #include "core/params.hpp"
-#include "cuda/bwd_block_order.cuh"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
+#include "cuda/bwd_block_order.cuh"
+#include "cuda/bwd_deterministic_plan.hpp"
 #include "cuda/prim/atomics.cuh"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   // products are issued, while they run.
   int32_t* unreleased = nullptr;  // the dQ turn this warp has yet to pass on
   // The accumulator slice this block adds into (bwd_deterministic_plan.hpp).
-  const int dq_slice = kDeterministic ? n & ((1 << w.dq_slice_bits) - 1) : 0;
+  const int dq_slice = kDeterministic ? bwd_dq_slice(n, w.dq_slice_bits) : 0;
   const int64_t accum_row0 = q_row0 + dq_slice * static_cast<int64_t>(p.total_q);
   auto release_turn = [&]() {
     if (unreleased != nullptr) {
@@ -442,7 +443,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     } else {
       if constexpr (kDeterministic) {
         if (lane == 0) {
-          const int slice_turn = turn >> w.dq_slice_bits;  // in the fixed order
+          const int slice_turn = bwd_slice_turn(turn, w.dq_slice_bits);
           while (seen < slice_turn * S::kTile.warps) seen = prim::load_acquire(turn_counter);
         }
         __syncwarp();  // this warp's turn to add into dQ
@@ -519,7 +520,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         int32_t* counter = nullptr;
         if constexpr (kDeterministic) {
           counter = seq.turn_counter(p, w, h, m, dq_slice);
-          const int turn = seq.turn(m, seq.blocks_of(m)) >> w.dq_slice_bits;
+          const int turn = bwd_slice_turn(seq.turn(m, seq.blocks_of(m)), w.dq_slice_bits);
           if (half_tid == 0) {
             while (prim::load_acquire(counter) != turn) {
             }

@@ -27,9 +27,10 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   windowed_varlen.window_left = 20;
   // Deterministic on Hopper: 2 key blocks of 128 in a cluster, the rotated order.
   Problem rotated = dense_problem(DType::kF16, {1, 2, 1, 100, 200, 128}, 16);
-  // Deterministic on Hopper: 3 key blocks of 64 in two dQ accumulator slices. (more_keys: 2
-  // key blocks of 128 in two slices, the dQ writer's halves.)
+  // Deterministic on Hopper, two dQ accumulator slices: 3 key blocks of 64 (d = 256); 3 key
+  // blocks of 128 over 4 query blocks, both halves of the dQ writer (d = 128).
   Problem sliced = dense_problem(DType::kBF16, {1, 2, 1, 130, 140, 256}, 17);
+  Problem writer_halves = dense_problem(DType::kF16, {1, 2, 1, 200, 300, 128}, 18);
   for (bool deterministic : {false, true}) {
     fa_test::Runner runner = cuda_runner();
     if (deterministic) {
@@ -41,7 +42,8 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
       };
     }
     for (const Problem& p :
-         {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated, sliced}) {
+         {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated, sliced,
+          writer_halves}) {
       expect_passes(fa_test::check_backward(p, runner));
     }
   }

@@ -248,12 +248,13 @@ struct MaskedShape {
 };
 
 // Deterministic, d = 256 on short sequences without a mask: on Hopper the key blocks add into
-// two dQ accumulator slices by parity (backward_workspace.hpp), summed by the conversion; odd
-// and even key block counts, GQA; causal takes one slice.
+// two dQ accumulator slices by parity (bwd_deterministic_plan.hpp; the plan's test pins these
+// shapes to two slices), summed by the conversion; odd and even key block counts, GQA; causal
+// takes one slice.
 TEST_P(CudaBackward, DeterministicSlicedAccumulator) {
   const MaskedShape cases[] = {{{2, 4, 2, 700, 900, 256}, false},
-                        {{1, 2, 1, 300, 200, 256}, false},
-                        {{2, 4, 1, 500, 500, 256}, true}};
+                               {{1, 2, 1, 300, 200, 256}, false},
+                               {{2, 4, 1, 500, 500, 256}, true}};
   for (const MaskedShape& c : cases) {
     Problem p = problem(c.shape);
     p.causal = c.causal;
@@ -264,12 +265,13 @@ TEST_P(CudaBackward, DeterministicSlicedAccumulator) {
 // deterministic = true: 20 runs give bitwise identical dq, dk, dv (many key blocks add into
 // each query block's dQ, so atomics in a racing order would differ in the last bits). Without
 // a mask the 500 x 1000 (d = 128) and 1000 x 1000 (d = 64) problems take the rotated order on
-// Hopper (8 key blocks a cluster), the others the fixed order.
+// Hopper (8 key blocks a cluster), the 700 x 900 d = 256 one two accumulator slices, the causal
+// one the fixed order.
 TEST_P(CudaBackward, DeterministicIsBitwiseReproducible) {
   const MaskedShape cases[] = {{{2, 4, 2, 700, 900, 64}, true},
-                        {{2, 4, 2, 700, 900, 256}, false},
-                        {{2, 4, 2, 500, 1000, 128}, false},
-                        {{2, 4, 2, 1000, 1000, 64}, false}};
+                               {{2, 4, 2, 700, 900, 256}, false},
+                               {{2, 4, 2, 500, 1000, 128}, false},
+                               {{2, 4, 2, 1000, 1000, 64}, false}};
   for (const MaskedShape& c : cases) {
     Problem p = problem(c.shape);
     p.causal = c.causal;
