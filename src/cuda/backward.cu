@@ -147,10 +147,10 @@ Status check_on_device(const core::BackwardParams& p, int device, BwdPlan* plan,
 constexpr size_t kWorkspaceAlignment = 256;
 
 size_t workspace_bytes(const core::BackwardParams& p, const BwdPlan& plan) {
-  const size_t kernel_bytes =
-      bwd_workspace_layout(kernel_shape(p, plan), bwd_workspace_block_m(plan.head_dim),
-                           bwd_sm90_dq_slices(kernel_shape(p, plan), plan.head_dim))
-          .total;
+  const core::BackwardParams k = kernel_shape(p, plan);
+  const size_t kernel_bytes = bwd_workspace_layout(k, bwd_workspace_block_m(plan.head_dim),
+                                                   bwd_sm90_dq_slices(k, plan.head_dim))
+                                  .total;
   return kWorkspaceAlignment + kernel_bytes +
          (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
 }

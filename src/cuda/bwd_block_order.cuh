@@ -12,9 +12,10 @@
 //     addition after the other, so kBwdInterleave pairs are interleaved (key block N-1 of each,
 //     then N-2 of each, ...): a few blocks apart, the previous one has mostly moved on. Few
 //     pairs at a time keep their Q, dO and dQ accumulator in L2.
-//   deterministic on clusters (`clustered`: the sm90 kernel with the dQ writer, no mask,
-//     bwd_launch.cuh): the key blocks of one pair form a thread-block cluster, so the hardware
-//     runs them together, and each may wait on any other. The fixed order above makes every
+//   deterministic on clusters (`clustered`: where bwd_deterministic_plan.hpp's
+//     bwd_sm90_rotates says, launched by sm90/bwd_launch.cuh): the key blocks of one pair form
+//     a thread-block cluster, so the hardware runs them together, and each may wait on any
+//     other. The fixed order above makes every
 //     block of a pair that starts at query block 0 wait for all the higher ones to add there
 //     first, a staircase that costs most where each block has few query blocks to visit. Here
 //     key block n of E visits the query blocks from bwd_rotated_start on, wrapping around, so

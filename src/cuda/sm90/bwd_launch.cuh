@@ -23,8 +23,7 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   const sm80::FwdScores scores = sm80::fwd_scores(p);
   // The rotated order (bwd_deterministic_plan.hpp): every pair's key blocks in one cluster,
   // where such a cluster fits the GPU (the occupancy query says whether one can run at all);
-  // else the plain launch and the fixed order. Only with the dQ writer: the rotation's state
-  // costs the column split (d = 256, 255 registers) 3-4% of its default speed on an H200.
+  // else the plain launch and the fixed order.
   if (bwd_sm90_rotates(p, D)) {
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
