@@ -190,8 +190,9 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   auto run = [&](const core::BackwardParams& q) {
     // The accumulator slices are the sm90 kernel's; the sm80 kernel adds into slice 0.
     const int slices = bwd_sm90_dq_slices(q, q.head_dim);
-    const BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim), slices,
-                                         limits.sm90a ? slices : 1);
+    BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim), slices,
+                                   limits.sm90a ? slices : 1);
+    w.turn_group_blocks = bwd_turn_group_blocks(q, q.head_dim);
     return q.dtype == core::ElementType::kF16
                ? run_typed<__half>(q, w, limits.sm90a, stream)
                : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);

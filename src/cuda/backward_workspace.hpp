@@ -21,6 +21,9 @@ struct BwdWorkspace {
   int32_t* turns = nullptr;   // [slices * batch][nheads][query blocks][kBwdTurnStride]
   size_t turns_bytes = 0;     // deterministic only
   int dq_slice_bits = 0;      // log2 of the slices the kernel adds into: 0 or 1
+  // Not of the workspace but decided with it: the deterministic order's turn groups
+  // (bwd_block_order.cuh; bwd_deterministic_plan.hpp), 0 for none.
+  int turn_group_blocks = 0;
 };
 
 // Each turn counter on its own 128-byte line: the blocks that poll one do not contend with the

@@ -12,6 +12,14 @@
 //     addition after the other, so kBwdInterleave pairs are interleaved (key block N-1 of each,
 //     then N-2 of each, ...): a few blocks apart, the previous one has mostly moved on. Few
 //     pairs at a time keep their Q, dO and dQ accumulator in L2.
+//   deterministic in turn groups (`group_blocks` > 0: under a causal mask, where
+//     bwd_deterministic_plan.hpp's bwd_turn_group_blocks says): the key blocks fall into
+//     groups of group_blocks consecutive ones, and at each query block the lower groups add
+//     first, each highest key block first (bwd_grouped_turn). The grid takes group 0 of every
+//     pair, then group 1, ..., each highest key block first: a block again waits only on blocks
+//     that started before it. Under a causal mask the lowest key blocks visit the most query
+//     blocks; highest-first per pair starts each pair's longest blocks last and the grid ends on
+//     a tail of them. In groups the longest blocks start first and the last group's are short.
 //   deterministic on clusters (`clustered`: where bwd_deterministic_plan.hpp's
 //     bwd_sm90_rotates says, launched by sm90/bwd_launch.cuh): the key blocks of one pair form
 //     a thread-block cluster, so the hardware runs them together, and each may wait on any
@@ -43,8 +51,22 @@ struct BwdBlock {
 // The block at grid index (x, y, z) of a (key_blocks, heads, batch) grid; `masked`: a causal
 // or sliding-window mask (either window bound set); `clustered`: a cluster per pair.
 FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int heads, int batch,
-                                     bool deterministic, bool masked, bool clustered = false) {
+                                     bool deterministic, bool masked, bool clustered = false,
+                                     int group_blocks = 0) {
   if (clustered) return {x, y, z};
+  if (deterministic && group_blocks > 0 && group_blocks < key_blocks) {
+    // Every group but the last holds group_blocks key blocks of each pair.
+    const int64_t pairs = static_cast<int64_t>(heads) * batch;
+    const int64_t linear =
+        x + static_cast<int64_t>(key_blocks) * (y + static_cast<int64_t>(heads) * z);
+    const int group = static_cast<int>(linear / (pairs * group_blocks));
+    const int64_t in_group = linear - group * pairs * group_blocks;
+    const int first = group * group_blocks;
+    const int size = key_blocks - first < group_blocks ? key_blocks - first : group_blocks;
+    const int64_t pair = in_group / size;
+    return {first + size - 1 - static_cast<int>(in_group % size),
+            static_cast<int>(pair % heads), static_cast<int>(pair / heads)};
+  }
   if (!deterministic || masked) return {deterministic ? key_blocks - 1 - x : x, y, z};
   const int64_t pairs = static_cast<int64_t>(heads) * batch;
   const int64_t linear = x + static_cast<int64_t>(key_blocks) * (y + static_cast<int64_t>(heads) * z);
@@ -56,6 +78,17 @@ FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int he
   const int64_t pair = first_pair + within % in_chunk;
   return {key_blocks - 1 - within / in_chunk, static_cast<int>(pair % heads),
           static_cast<int>(pair / heads)};
+}
+
+// Key block n's turn at a query block that key blocks [begin, end) visit (n among them): the
+// higher ones add first, or in turn groups of group_blocks (> 0) the lower groups' first and
+// then the higher ones of n's group.
+FA_HOST_DEVICE int bwd_grouped_turn(int n, int begin, int end, int group_blocks) {
+  if (group_blocks <= 0) return end - 1 - n;
+  const int first = n / group_blocks * group_blocks;
+  const int lower = (end < first ? end : first) - begin;
+  const int last = first + group_blocks;
+  return (lower > 0 ? lower : 0) + (end < last ? end : last) - (n + 1);
 }
 
 // The rotated order of a pair whose E = key_blocks key blocks all visit each of its
@@ -77,9 +110,9 @@ FA_HOST_DEVICE int bwd_rotated_turn(int n, int m, int key_blocks, int query_bloc
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked,
-                                              bool clustered = false) {
+                                              bool clustered = false, int group_blocks = 0) {
   return bwd_block_at(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
-                      deterministic, masked, clustered);
+                      deterministic, masked, clustered, group_blocks);
 }
 #endif
 

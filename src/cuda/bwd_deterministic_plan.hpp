@@ -11,6 +11,9 @@
 //     for all the higher ones; two slices halve that staircase, which costs most where each
 //     block visits few query blocks. More key blocks keep one slice: the staircase matters
 //     less, and zeroing and reading the second slice costs more.
+//   in turn groups: under a causal mask, on either kernel (bwd_block_order.cuh): the lower
+//     groups of key blocks add first at each query block, so that the grid can start the
+//     longest key blocks first.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,26 @@ inline int bwd_sm90_dq_slices(const core::BackwardParams& p, int head_dim) {
   }
   const int64_t key_blocks = bwd_blocks(p.seqlen_k, t.block_n);
   return key_blocks >= 2 && key_blocks <= kBwdMaxSlicedKeyBlocks ? 2 : 1;
+}
+
+// Turn groups under a causal mask: key_blocks / kBwdMinTurnGroupBlocks groups, at most
+// kBwdMaxTurnGroups. H200, d = 256, causal, deterministic cost (highest first -> 4 groups ->
+// 8 groups): 16384 +16% -> +12% -> +11..+12%, 4096 +12% -> +8% -> +8%; but at 1024 (16 key
+// blocks) +9..+10% -> +12..+13% -> +29%, and at 2048 +10..+11% -> +8% -> +14%: a group of few key
+// blocks runs apart in time from the pair's other groups, and with many pairs their Q, dO and
+// dQ accumulator leave L2 in between. d = 128 at 4096 (32 key blocks) +1..+2% -> -2% (2 groups
+// -0..-1%), at 16384 +5..+6% -> +3..+5%.
+inline constexpr int kBwdMinTurnGroupBlocks = 16;
+inline constexpr int kBwdMaxTurnGroups = 8;
+
+// Key blocks per turn group of the problem (head dim `head_dim`, a compiled one), 0 for none.
+// The tile's block_n is the same on both kernels (backward_tuning.hpp).
+inline int bwd_turn_group_blocks(const core::BackwardParams& p, int head_dim) {
+  if (!p.deterministic || !p.is_causal()) return 0;
+  const int64_t key_blocks = bwd_blocks(p.seqlen_k, bwd_sm80_tile(head_dim).block_n);
+  int64_t groups = key_blocks / kBwdMinTurnGroupBlocks;
+  groups = groups < kBwdMaxTurnGroups ? groups : kBwdMaxTurnGroups;
+  return groups > 1 ? static_cast<int>((key_blocks + groups - 1) / groups) : 0;
 }
 
 }  // namespace flashattn::cuda

@@ -3,7 +3,8 @@
 // only waits on blocks that start before it (the higher key blocks of its pair have smaller
 // linear indices), which is what keeps the turn-taking free of deadlock; and the orders are
 // the ones the comments promise. The rotated order of clustered pairs: its turns at each query
-// block are the order in which the key blocks reach it.
+// block are the order in which the key blocks reach it. Turn groups: the same guarantees, and
+// turns that follow the group order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 namespace {
 
 using flashattn::cuda::bwd_block_at;
+using flashattn::cuda::bwd_grouped_turn;
 using flashattn::cuda::bwd_rotated_start;
 using flashattn::cuda::bwd_rotated_turn;
 using flashattn::cuda::BwdBlock;
@@ -30,13 +32,13 @@ struct Grid {
 
 // Linear index (x fastest) of every block, keyed by what it owns.
 std::map<std::tuple<int, int, int>, int64_t> owners(const Grid& g, bool deterministic,
-                                                    bool masked) {
+                                                    bool masked, int group_blocks = 0) {
   std::map<std::tuple<int, int, int>, int64_t> owned;
   for (int z = 0; z < g.batch; ++z) {
     for (int y = 0; y < g.heads; ++y) {
       for (int x = 0; x < g.key_blocks; ++x) {
-        const BwdBlock b =
-            bwd_block_at(x, y, z, g.key_blocks, g.heads, g.batch, deterministic, masked);
+        const BwdBlock b = bwd_block_at(x, y, z, g.key_blocks, g.heads, g.batch, deterministic,
+                                        masked, false, group_blocks);
         EXPECT_TRUE(b.n >= 0 && b.n < g.key_blocks && b.hk >= 0 && b.hk < g.heads && b.b >= 0 &&
                     b.b < g.batch);
         const int64_t linear = x + static_cast<int64_t>(g.key_blocks) * (y + g.heads * z);
@@ -98,6 +100,54 @@ TEST(BwdBlockOrder, DeterministicInterleavesPairsOnlyWithoutAMask) {
     const auto [n, hk, b] = tile;
     if (n + 1 < g.key_blocks) {
       EXPECT_EQ(linear - unmasked.at(std::make_tuple(n + 1, hk, b)), kBwdInterleave);
+    }
+  }
+}
+
+// In turn groups a key block waits on the lower groups of its pair and on the higher key blocks
+// of its own group; all of them start before it. Groups as large as the pair are the fixed
+// order.
+TEST(BwdBlockOrder, GroupedWaitsOnlyOnEarlierBlocks) {
+  const Grid grids[] = {{1, 1, 1}, {32, 8, 1}, {33, 3, 2}, {256, 2, 1}, {5, 7, 1}};
+  for (const Grid& g : grids) {
+    for (const int group_blocks : {1, 3, 16, 17, 32, 64}) {
+      const auto owned = owners(g, true, true, group_blocks);
+      for (const auto& [tile, linear] : owned) {
+        const auto [n, hk, b] = tile;
+        const int first = n / group_blocks * group_blocks;
+        const int last = std::min(first + group_blocks, g.key_blocks);
+        for (int other = 0; other < last; ++other) {
+          if (other >= first && other <= n) continue;
+          EXPECT_LT(owned.at(std::make_tuple(other, hk, b)), linear)
+              << "key block " << n << " (groups of " << group_blocks << ") would wait on key block "
+              << other << " that starts after it";
+        }
+      }
+      if (group_blocks >= g.key_blocks) EXPECT_EQ(owned, owners(g, true, true));
+    }
+  }
+}
+
+// At a query block that key blocks [begin, end) visit, the grouped turns are 0, 1, ... in the
+// order lower group first, within a group the higher key block first; without groups, the
+// higher key block first.
+TEST(BwdBlockOrder, GroupedTurnsFollowTheGroupOrder) {
+  for (const int group_blocks : {0, 1, 2, 5, 16}) {
+    for (int begin = 0; begin < 12; ++begin) {
+      for (int end = begin + 1; end <= 40; ++end) {
+        std::vector<int> order(end - begin);
+        std::iota(order.begin(), order.end(), begin);
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+          const int ga = group_blocks > 0 ? a / group_blocks : 0;
+          const int gb = group_blocks > 0 ? b / group_blocks : 0;
+          return ga != gb ? ga < gb : a > b;
+        });
+        for (int rank = 0; rank < static_cast<int>(order.size()); ++rank) {
+          EXPECT_EQ(bwd_grouped_turn(order[rank], begin, end, group_blocks), rank)
+              << "key block " << order[rank] << " of [" << begin << ", " << end << "), groups of "
+              << group_blocks;
+        }
+      }
     }
   }
 }

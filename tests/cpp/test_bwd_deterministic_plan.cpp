@@ -1,7 +1,7 @@
 // The deterministic backward's plan on Hopper (src/cuda/bwd_deterministic_plan.hpp), checked on
 // the CPU: which problems take the rotated order and which the two dQ accumulator slices (never
-// both), that the turns within a slice count each of its key blocks once, highest first, and
-// that the workspace holds the slices.
+// both), that the turns within a slice count each of its key blocks once, highest first, that
+// the workspace holds the slices, and which problems take turn groups (either kernel).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -16,6 +16,7 @@ using flashattn::cuda::bwd_dq_slice;
 using flashattn::cuda::bwd_slice_turn;
 using flashattn::cuda::bwd_sm90_dq_slices;
 using flashattn::cuda::bwd_sm90_rotates;
+using flashattn::cuda::bwd_turn_group_blocks;
 
 BackwardParams problem(int seqlen_q, int seqlen_k, int head_dim, bool deterministic = true) {
   BackwardParams p;
@@ -87,6 +88,33 @@ TEST(BwdDeterministicPlan, SliceTurnsCountTheHigherKeyBlocksOfTheSlice) {
       EXPECT_EQ(turns[0].size() + turns[1].size(), static_cast<size_t>(end));
     }
   }
+}
+
+TEST(BwdDeterministicPlan, TurnGroupsOnlyUnderACausalMaskWithSixteenKeyBlocksAGroup) {
+  auto causal = [](int seqlen_q, int seqlen_k, int head_dim, bool deterministic = true) {
+    BackwardParams p = problem(seqlen_q, seqlen_k, head_dim, deterministic);
+    p.window_right = 0;
+    return p;
+  };
+  EXPECT_EQ(bwd_turn_group_blocks(causal(1024, 1024, 256), 256), 0);     // 16 key blocks of 64
+  EXPECT_EQ(bwd_turn_group_blocks(causal(2048, 2048, 256), 256), 16);    // 32: 2 groups
+  EXPECT_EQ(bwd_turn_group_blocks(causal(4096, 4096, 256), 256), 16);    // 64: 4
+  EXPECT_EQ(bwd_turn_group_blocks(causal(16384, 16384, 256), 256), 32);  // 256: at most 8
+  EXPECT_EQ(bwd_turn_group_blocks(causal(2100, 2100, 256), 256), 17);    // 33: 2 groups
+  EXPECT_EQ(bwd_turn_group_blocks(causal(2048, 2048, 128), 128), 0);     // 16 of 128
+  EXPECT_EQ(bwd_turn_group_blocks(causal(4096, 4096, 128), 128), 16);    // 32: 2
+  EXPECT_EQ(bwd_turn_group_blocks(causal(4096, 4096, 96), 96), 16);      // 64 of 64: 4
+  EXPECT_EQ(bwd_turn_group_blocks(causal(1000, 4096, 64), 64), 16);      // the keys count
+  // The GPU suite's and the sanitizer's grouped problems.
+  EXPECT_EQ(bwd_turn_group_blocks(causal(300, 2100, 256), 256), 17);
+  EXPECT_EQ(bwd_turn_group_blocks(causal(64, 2100, 256), 256), 17);
+  EXPECT_EQ(bwd_turn_group_blocks(causal(300, 4096, 128), 128), 16);
+  EXPECT_EQ(bwd_turn_group_blocks(causal(600, 4200, 64), 64), 17);
+  EXPECT_EQ(bwd_turn_group_blocks(causal(4096, 4096, 128, false), 128), 0);
+  EXPECT_EQ(bwd_turn_group_blocks(problem(4096, 4096, 128), 128), 0);    // no mask
+  BackwardParams window = causal(4096, 4096, 128);
+  window.window_left = 1000;
+  EXPECT_EQ(bwd_turn_group_blocks(window, 128), 0);
 }
 
 TEST(BwdDeterministicPlan, WorkspaceHoldsTheSlices) {

@@ -134,12 +134,13 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int lane = tid % 32;
   const int warp = tid / 32;
   const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0);
+      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, false,
+                w.turn_group_blocks);
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;
 
-  const BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
+  const BwdSequence<T, kBlockM, kBlockN> seq(p, b, n, w.turn_group_blocks);  // bwd_sequence.cuh
   if (seq.empty()) return;
   const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
   const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;

@@ -29,20 +29,23 @@ struct BwdSequence {
   int m_blocks;
   int m_blocks_max;  // of the longest sequence: the workspace's turn counters per head
   FwdMask mask;
+  int turn_group_blocks;  // deterministic turn groups (bwd_block_order.cuh), 0 for none
   // The deterministic rotated order (bwd_block_order.cuh), if use_rotated_order took it: the
   // key blocks that visit each query block, and where this one starts.
   bool rotated = false;
   int rotated_keys = 0;
   int rotated_start = 0;
 
-  __device__ __forceinline__ BwdSequence(const core::BackwardParams& p, int b_, int n_)
+  __device__ __forceinline__ BwdSequence(const core::BackwardParams& p, int b_, int n_,
+                                         int turn_group_blocks_ = 0)
       : varlen(p.cu_seqlens_q != nullptr),
         b(b_),
         n(n_),
         seqlen_q(p.seqlen_q),
         key_rows(p.seqlen_k),
         q_start(0),
-        k_start(0) {
+        k_start(0),
+        turn_group_blocks(turn_group_blocks_) {
     if (varlen) {
       q_start = p.cu_seqlens_q[b];
       k_start = p.cu_seqlens_k[b];
@@ -111,9 +114,9 @@ struct BwdSequence {
 
   // Deterministic mode: the turn counter of query block m of query head h in accumulator slice
   // `slice` (the workspace holds [batch][heads][query blocks of p.seqlen_q] of them per slice)
-  // and this key block's turn at query block m, which key blocks [.., kb.end) visit: the higher
-  // ones add first, or in the rotated order (bwd_block_order.cuh) the earlier arrivals (within
-  // an accumulator slice: bwd_slice_turn).
+  // and this key block's turn at query block m, which key blocks [kb.begin, kb.end) visit: the
+  // higher ones add first (in turn groups: the lower groups first), or in the rotated order
+  // the earlier arrivals (bwd_block_order.cuh; within an accumulator slice: bwd_slice_turn).
   __device__ __forceinline__ int32_t* turn_counter(const core::BackwardParams& p,
                                                    const BwdWorkspace& w, int h, int m,
                                                    int slice = 0) const {
@@ -121,7 +124,8 @@ struct BwdSequence {
     return w.turns + (pair * m_blocks_max + m) * kBwdTurnStride;
   }
   __device__ __forceinline__ int turn(int m, const KeyBlocks& kb) const {
-    return rotated ? bwd_rotated_turn(n, m, rotated_keys, m_blocks) : kb.end - 1 - n;
+    return rotated ? bwd_rotated_turn(n, m, rotated_keys, m_blocks)
+                   : bwd_grouped_turn(n, kb.begin, kb.end, turn_group_blocks);
   }
 
   // For a block of a cluster that holds all key blocks of its pair: the rotated order, where

@@ -166,12 +166,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   // per (head, batch) pair.
   const bool clustered = kDeterministic && S::kDqWriter && cluster_blocks() > 1;
   const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(kDeterministic, p.window_left >= 0 || p.window_right >= 0, clustered);
+      bwd_block(kDeterministic, p.window_left >= 0 || p.window_right >= 0, clustered,
+                kDeterministic ? w.turn_group_blocks : 0);
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;
 
-  sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n);  // bwd_sequence.cuh
+  sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n,  // bwd_sequence.cuh
+                                              kDeterministic ? w.turn_group_blocks : 0);
   if (seq.empty()) return;
   if (clustered) seq.use_rotated_order(p);
   const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;

@@ -31,6 +31,10 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   // blocks of 128 over 4 query blocks, both halves of the dQ writer (d = 128).
   Problem sliced = dense_problem(DType::kBF16, {1, 2, 1, 130, 140, 256}, 17);
   Problem writer_halves = dense_problem(DType::kF16, {1, 2, 1, 200, 300, 128}, 18);
+  // Deterministic, causal, 33 key blocks of 64 (d = 256) in two turn groups, one query block
+  // that sees them all.
+  Problem turn_groups = dense_problem(DType::kBF16, {1, 1, 1, 64, 2100, 256}, 19);
+  turn_groups.causal = true;
   for (bool deterministic : {false, true}) {
     fa_test::Runner runner = cuda_runner();
     if (deterministic) {
@@ -43,7 +47,7 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
     }
     for (const Problem& p :
          {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated, sliced,
-          writer_halves}) {
+          writer_halves, turn_groups}) {
       expect_passes(fa_test::check_backward(p, runner));
     }
   }

@@ -262,13 +262,27 @@ TEST_P(CudaBackward, DeterministicSlicedAccumulator) {
   }
 }
 
+// Deterministic under a causal mask with at least 32 key blocks: the key blocks take turns in
+// groups, the lower groups first (bwd_block_order.cuh; the plan's test pins these shapes to two
+// groups): 33 key blocks of 64 (d = 256, GQA), 32 of 128 (d = 128), 33 of 128 (d = 64).
+TEST_P(CudaBackward, DeterministicTurnGroups) {
+  const Shape shapes[] = {{1, 2, 1, 300, 2100, 256}, {1, 1, 1, 300, 4096, 128},
+                          {1, 2, 2, 600, 4200, 64}};
+  for (const Shape& shape : shapes) {
+    Problem p = problem(shape);
+    p.causal = true;
+    expect_passes(fa_test::check_backward(p, deterministic_runner()));
+  }
+}
+
 // deterministic = true: 20 runs give bitwise identical dq, dk, dv (many key blocks add into
 // each query block's dQ, so atomics in a racing order would differ in the last bits). Without
 // a mask the 500 x 1000 (d = 128) and 1000 x 1000 (d = 64) problems take the rotated order on
 // Hopper (8 key blocks a cluster), the 700 x 900 d = 256 one two accumulator slices, the causal
-// one the fixed order.
+// ones the fixed order and two turn groups.
 TEST_P(CudaBackward, DeterministicIsBitwiseReproducible) {
   const MaskedShape cases[] = {{{2, 4, 2, 700, 900, 64}, true},
+                               {{1, 2, 1, 300, 2100, 256}, true},
                                {{2, 4, 2, 700, 900, 256}, false},
                                {{2, 4, 2, 500, 1000, 128}, false},
                                {{2, 4, 2, 1000, 1000, 64}, false}};
