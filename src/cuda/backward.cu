@@ -193,6 +193,7 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
     BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim), slices,
                                    limits.sm90a ? slices : 1);
     w.turn_group_blocks = bwd_turn_group_blocks(q, q.head_dim);
+    w.rotated = limits.sm90a && bwd_sm90_rotates(q, q.head_dim, limits.sms);
     return q.dtype == core::ElementType::kF16
                ? run_typed<__half>(q, w, limits.sm90a, stream)
                : run_typed<__nv_bfloat16>(q, w, limits.sm90a, stream);

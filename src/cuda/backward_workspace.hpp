@@ -2,7 +2,8 @@
 // D_i = dot(dO_i, O_i) and lse_i * log2(e) (+inf for a row without keys, so that its
 // recomputed P is exactly 0), the fp32 dQ accumulator [rows, heads, d] (in two slices for
 // some deterministic problems: bwd_deterministic_plan.hpp), and for the deterministic mode one
-// int32 turn counter per (slice, batch, head, query block).
+// int32 turn counter per (slice, batch, head, query block) and the rotated order's ticket
+// counter (bwd_block_order.cuh), each on a line of its own.
 #pragma once
 
 #include <cstddef>
@@ -19,11 +20,13 @@ struct BwdWorkspace {
   // s times those of one slice: a kernel finds its slice by offsetting a row or batch index.
   float* dq_accum = nullptr;  // [slices * total_q][nheads][head_dim]
   int32_t* turns = nullptr;   // [slices * batch][nheads][query blocks][kBwdTurnStride]
-  size_t turns_bytes = 0;     // deterministic only
+  int32_t* ticket = nullptr;  // right after the turn counters
+  size_t turns_bytes = 0;     // deterministic only: the turn counters and the ticket's line
   int dq_slice_bits = 0;      // log2 of the slices the kernel adds into: 0 or 1
-  // Not of the workspace but decided with it: the deterministic order's turn groups
-  // (bwd_block_order.cuh; bwd_deterministic_plan.hpp), 0 for none.
+  // Not of the workspace but decided with it (bwd_block_order.cuh; bwd_deterministic_plan.hpp):
+  // the deterministic order's turn groups (0 for none), and whether it is the rotated one.
   int turn_group_blocks = 0;
+  bool rotated = false;
 };
 
 // Each turn counter on its own 128-byte line: the blocks that poll one do not contend with the
@@ -48,8 +51,8 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const core::BackwardParams& p, in
   l.dq_accum = l.lse_log2 + bwd_align_up(rows * 4);
   l.turns = l.dq_accum + bwd_align_up(dq_slices * rows * p.head_dim * 4);
   const size_t m_blocks = (static_cast<size_t>(p.seqlen_q) + block_m - 1) / block_m;
-  l.turns_bytes = p.deterministic ? dq_slices * static_cast<size_t>(p.batch) * p.nheads *
-                                        m_blocks * kBwdTurnStride * 4
+  l.turns_bytes = p.deterministic ? (dq_slices * static_cast<size_t>(p.batch) * p.nheads *
+                                            m_blocks + 1) * kBwdTurnStride * 4
                                   : 0;
   l.total = l.turns + bwd_align_up(l.turns_bytes);
   return l;
@@ -67,6 +70,7 @@ inline BwdWorkspace bwd_workspace(const core::BackwardParams& p, int block_m, in
   w.dq_accum = reinterpret_cast<float*>(base + l.dq_accum);
   w.turns = reinterpret_cast<int32_t*>(base + l.turns);
   w.turns_bytes = l.turns_bytes;
+  w.ticket = w.turns + (l.turns_bytes > 0 ? l.turns_bytes / 4 - kBwdTurnStride : 0);
   w.dq_slice_bits = kernel_slices == 2 ? 1 : 0;
   return w;
 }

@@ -20,18 +20,20 @@
 //     that started before it. Under a causal mask the lowest key blocks visit the most query
 //     blocks; highest-first per pair starts each pair's longest blocks last and the grid ends on
 //     a tail of them. In groups the longest blocks start first and the last group's are short.
-//   deterministic on clusters (`clustered`: where bwd_deterministic_plan.hpp's
-//     bwd_sm90_rotates says, launched by sm90/bwd_launch.cuh): the key blocks of one pair form
-//     a thread-block cluster, so the hardware runs them together, and each may wait on any
-//     other. The fixed order above makes every
+//   deterministic, rotated (where bwd_deterministic_plan.hpp's bwd_sm90_rotates says, the
+//     sm90 kernel with the dQ writer): each block takes its tile from a ticket, a counter it
+//     increments as it starts (bwd_ticket_block), not from its grid index. A pair's tickets are
+//     consecutive, so a block knows that the blocks of the earlier tickets have started, and
+//     only the pair of the latest tickets can have blocks that wait for a block yet to start:
+//     the blocks of every other pair all run, and finish. The fixed order above makes every
 //     block of a pair that starts at query block 0 wait for all the higher ones to add there
 //     first, a staircase that costs most where each block has few query blocks to visit. Here
 //     key block n of E visits the query blocks from bwd_rotated_start on, wrapping around, so
 //     that at any step the blocks of a pair are at different query blocks, and its turn at a
 //     query block is its place in the order in which the blocks reach it (bwd_rotated_turn):
-//     nobody waits for a block that arrives after it. Whether the clusters fit the GPU (MIG
-//     and MPS limits included) picks the order, so the bits of a deterministic result may
-//     differ between such configurations, never between runs of one.
+//     nobody waits for a block that arrives after it. Whether the device has the SMs for it
+//     picks the order, so the bits of a deterministic result may differ between GPUs (or MIG
+//     and MPS partitions) of fewer and more SMs, never between runs of one.
 #pragma once
 
 #include <cstdint>
@@ -52,11 +54,9 @@ struct BwdBlock {
 };
 
 // The block at grid index (x, y, z) of a (key_blocks, heads, batch) grid; `masked`: a causal
-// or sliding-window mask (either window bound set); `clustered`: a cluster per pair.
+// or sliding-window mask (either window bound set).
 FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int heads, int batch,
-                                     bool deterministic, bool masked, bool clustered = false,
-                                     int group_blocks = 0) {
-  if (clustered) return {x, y, z};
+                                     bool deterministic, bool masked, int group_blocks = 0) {
   if (deterministic && group_blocks > 0 && group_blocks < key_blocks) {
     // Every group but the last holds group_blocks key blocks of each pair.
     const int64_t pairs = static_cast<int64_t>(heads) * batch;
@@ -81,6 +81,15 @@ FA_HOST_DEVICE BwdBlock bwd_block_at(int x, int y, int z, int key_blocks, int he
   const int64_t pair = first_pair + within % in_chunk;
   return {key_blocks - 1 - within / in_chunk, static_cast<int>(pair % heads),
           static_cast<int>(pair / heads)};
+}
+
+// The block of ticket t (0 <= t < key_blocks * heads * batch) in the rotated order: the pairs
+// one after the other, each highest key block first (so that a block that took the fixed
+// order instead would still wait only on blocks of earlier tickets).
+FA_HOST_DEVICE BwdBlock bwd_ticket_block(int64_t ticket, int key_blocks, int heads) {
+  const int64_t pair = ticket / key_blocks;
+  return {key_blocks - 1 - static_cast<int>(ticket - pair * key_blocks),
+          static_cast<int>(pair % heads), static_cast<int>(pair / heads)};
 }
 
 // Key block n's turn at a query block that key blocks [begin, end) visit (n among them): the
@@ -113,9 +122,9 @@ FA_HOST_DEVICE int bwd_rotated_turn(int n, int m, int key_blocks, int query_bloc
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ BwdBlock bwd_block(bool deterministic, bool masked,
-                                              bool clustered = false, int group_blocks = 0) {
+                                              int group_blocks = 0) {
   return bwd_block_at(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
-                      deterministic, masked, clustered, group_blocks);
+                      deterministic, masked, group_blocks);
 }
 #endif
 

@@ -1,9 +1,11 @@
 // How the deterministic backward orders its dQ additions on Hopper (sm90/bwd_kernel.cuh),
 // decided from the problem alone so that the workspace query (device-independent) and the
-// launch agree:
-//   rotated (bwd_block_order.cuh): the kernel with the dQ writer, no mask, dense, as many query
-//     blocks as key blocks and 2 to kBwdMaxClusterBlocks of them: a pair's key blocks run as one
-//     thread-block cluster and start at different query blocks. Taken where the clusters fit.
+// launch agree, but for whether the device has the SMs for the rotated order:
+//   rotated (bwd_block_order.cuh): the kernel with the dQ writer, no mask, dense, 2 to
+//     kBwdMaxRotatedKeyBlocks key blocks and at least as many query blocks: the blocks take
+//     their tiles from tickets in the order they start, a pair's consecutive, and the key
+//     blocks of a pair start at different query blocks. Where the device has too few SMs for
+//     it, the fixed order below (one slice).
 //   sliced: otherwise, no mask and at most kBwdMaxSlicedKeyBlocks key blocks: the fp32 dQ
 //     accumulator has two slices, key block n adds into slice n % 2 and takes turns only with
 //     the key blocks of its slice (the fixed order within it), and the conversion adds the
@@ -24,30 +26,38 @@
 
 namespace flashattn::cuda {
 
-// The most key blocks of a pair a cluster holds for the rotated order. A cluster of 8 keeps
-// 120 of an H200's 132 SMs busy at one block per SM (cudaOccupancyMaxActiveClusters), one of
-// 16 only 112; H200, no mask, deterministic cost: d = 64 at 1024 (8 x 8 blocks) +20% fixed,
-// +12% rotated; d = 256 at 512 (8 x 8) +33% / +26%; but d = 128 at 1024 (8 key x 16 query
-// blocks, the fixed order's staircase half as steep) +15% / +18%, d = 256 at 1024 (16 x 16)
-// +27% / +34%.
-inline constexpr int kBwdMaxClusterBlocks = 8;
+// The most key blocks of a pair in the rotated order. H200, no mask, deterministic cost, fixed
+// order in two slices -> rotated: d = 64 at 1024 (8 x 8 blocks) +13..+14% -> +7..+8%, d = 128
+// at 1024 (8 x 16) +10..+11% -> +3%. The rotated order in two slices (a pair's key blocks of
+// one parity rotating among themselves) lost at 16 key blocks: d = 64 at 2048 +5% -> +8%,
+// d = 128 +5% -> +4%; on the column split (d = 256 at 1024, 16 x 16) +19..+20% -> +22..+23%,
+// its rotation state also made that kernel spill (32 -> 64 bytes) and cost it 2-4 points of
+// deterministic cost at every seqlen, so it keeps the fixed order.
+inline constexpr int kBwdMaxRotatedKeyBlocks = 8;
 
 // H200, no mask: d = 256 at 1024 (16 key blocks) +28% -> +17%, at 2048 (32) +12% either way;
 // causal, where the visits are staggered already, 1024 went from +10% to +16%.
 inline constexpr int kBwdMaxSlicedKeyBlocks = 16;
 
+// The fewest SMs for the rotated order. A block waits on the later key blocks of its pair,
+// which need SMs to start on: a pair's blocks must fit the GPU together, with room to spare
+// for the other pairs (the sm90 kernels run one block per SM).
+inline constexpr int kBwdMinRotationSms = 2 * kBwdMaxRotatedKeyBlocks;
+
 inline int64_t bwd_blocks(int64_t rows, int block) { return (rows + block - 1) / block; }
 
-// The problem takes the rotated order on Hopper where clusters of its key blocks fit. Only
-// with the dQ writer: the rotation's state cost the column split (d = 256, 255 registers) 3-4%
-// of its default speed on an H200, measured before the deterministic kernel was compiled
-// apart from the default one (not measured since).
-inline bool bwd_sm90_rotates(const core::BackwardParams& p, int head_dim) {
+// The problem takes the rotated order on a Hopper device with enough SMs.
+inline bool bwd_sm90_rotation_fits(const core::BackwardParams& p, int head_dim) {
   const BwdSm90Tile t = bwd_sm90_tile(head_dim);
+  if (!t.dq_writer || !p.deterministic || p.has_window() || p.is_varlen()) return false;
   const int64_t key_blocks = bwd_blocks(p.seqlen_k, t.block_n);
-  return t.dq_writer && p.deterministic && !p.has_window() && !p.is_varlen() &&
-         key_blocks >= 2 && key_blocks <= kBwdMaxClusterBlocks &&
-         key_blocks == bwd_blocks(p.seqlen_q, t.block_m);
+  return key_blocks >= 2 && key_blocks <= kBwdMaxRotatedKeyBlocks &&
+         key_blocks <= bwd_blocks(p.seqlen_q, t.block_m);
+}
+
+// The problem takes the rotated order on a Hopper device of `sms` SMs.
+inline bool bwd_sm90_rotates(const core::BackwardParams& p, int head_dim, int sms) {
+  return bwd_sm90_rotation_fits(p, head_dim) && sms >= kBwdMinRotationSms;
 }
 
 // Key block n's accumulator slice, and its turn there from its turn in the fixed order over
@@ -60,7 +70,8 @@ FA_HOST_DEVICE int bwd_slice_turn(int fixed_turn, int slice_bits) {
 // The dQ accumulator slices of the problem on Hopper: 1 or 2.
 inline int bwd_sm90_dq_slices(const core::BackwardParams& p, int head_dim) {
   const BwdSm90Tile t = bwd_sm90_tile(head_dim);
-  if (t.block_m == 0 || !p.deterministic || p.has_window() || bwd_sm90_rotates(p, head_dim)) {
+  if (t.block_m == 0 || !p.deterministic || p.has_window() ||
+      bwd_sm90_rotation_fits(p, head_dim)) {
     return 1;
   }
   const int64_t key_blocks = bwd_blocks(p.seqlen_k, t.block_n);

@@ -2,8 +2,8 @@
 // grid index owns a distinct (key block, head, batch entry); in the deterministic mode a block
 // only waits on blocks that start before it (the higher key blocks of its pair have smaller
 // linear indices), which is what keeps the turn-taking free of deadlock; and the orders are
-// the ones the comments promise. The rotated order of clustered pairs: its turns at each query
-// block are the order in which the key blocks reach it. Turn groups: the same guarantees, and
+// the ones the comments promise. The rotated order: its tickets and, at each query block,
+// turns in the order in which the key blocks reach it. Turn groups: the same guarantees, and
 // turns that follow the group order.
 #include <gtest/gtest.h>
 
@@ -23,6 +23,7 @@ using flashattn::cuda::bwd_block_at;
 using flashattn::cuda::bwd_grouped_turn;
 using flashattn::cuda::bwd_rotated_start;
 using flashattn::cuda::bwd_rotated_turn;
+using flashattn::cuda::bwd_ticket_block;
 using flashattn::cuda::BwdBlock;
 using flashattn::cuda::kBwdInterleave;
 
@@ -38,7 +39,7 @@ std::map<std::tuple<int, int, int>, int64_t> owners(const Grid& g, bool determin
     for (int y = 0; y < g.heads; ++y) {
       for (int x = 0; x < g.key_blocks; ++x) {
         const BwdBlock b = bwd_block_at(x, y, z, g.key_blocks, g.heads, g.batch, deterministic,
-                                        masked, false, group_blocks);
+                                        masked, group_blocks);
         EXPECT_TRUE(b.n >= 0 && b.n < g.key_blocks && b.hk >= 0 && b.hk < g.heads && b.b >= 0 &&
                     b.b < g.batch);
         const int64_t linear = x + static_cast<int64_t>(g.key_blocks) * (y + g.heads * z);
@@ -152,13 +153,21 @@ TEST(BwdBlockOrder, GroupedTurnsFollowTheGroupOrder) {
   }
 }
 
-TEST(BwdBlockOrder, ClusteredBlocksOwnTheirGridIndex) {
+// The rotated order's tickets: every ticket owns a distinct tile, a pair's tickets are
+// consecutive (only the pair of the latest tickets can be missing blocks) and go highest key
+// block first (a key block of the fixed order would wait only on earlier tickets).
+TEST(BwdBlockOrder, TicketsGiveEachPairConsecutiveTicketsHighestFirst) {
   for (const Grid& g : kGrids) {
-    for (int x = 0; x < g.key_blocks; ++x) {
-      const BwdBlock b = bwd_block_at(x, g.heads - 1, g.batch - 1, g.key_blocks, g.heads,
-                                      g.batch, true, false, true);
-      EXPECT_TRUE(b.n == x && b.hk == g.heads - 1 && b.b == g.batch - 1);
+    const int64_t blocks = static_cast<int64_t>(g.key_blocks) * g.heads * g.batch;
+    std::set<std::tuple<int, int, int>> owned;
+    for (int64_t t = 0; t < blocks; ++t) {
+      const BwdBlock b = bwd_ticket_block(t, g.key_blocks, g.heads);
+      ASSERT_TRUE(b.hk >= 0 && b.hk < g.heads && b.b >= 0 && b.b < g.batch);
+      EXPECT_EQ(b.n, g.key_blocks - 1 - static_cast<int>(t % g.key_blocks)) << "ticket " << t;
+      EXPECT_EQ(static_cast<int64_t>(b.b) * g.heads + b.hk, t / g.key_blocks) << "ticket " << t;
+      EXPECT_TRUE(owned.emplace(b.n, b.hk, b.b).second) << "ticket " << t;
     }
+    EXPECT_EQ(owned.size(), static_cast<size_t>(blocks));
   }
 }
 

@@ -1,10 +1,11 @@
 // The deterministic backward's plan on Hopper (src/cuda/bwd_deterministic_plan.hpp), checked on
-// the CPU: which problems take the rotated order and which the two dQ accumulator slices (never
-// both), that the turns within a slice count each of its key blocks once, highest first, that
-// the workspace holds the slices, and which problems take turn groups (either kernel).
+// the CPU: which problems take the rotated order and which the two dQ accumulator slices, that
+// the turns within a slice count each of its key blocks once, highest first, that the workspace
+// holds the slices and the ticket, and which problems take turn groups (either kernel).
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "cuda/backward_workspace.hpp"
 #include "cuda/bwd_deterministic_plan.hpp"
@@ -16,6 +17,7 @@ using flashattn::cuda::bwd_dq_slice;
 using flashattn::cuda::bwd_slice_turn;
 using flashattn::cuda::bwd_sm90_dq_slices;
 using flashattn::cuda::bwd_sm90_rotates;
+using flashattn::cuda::bwd_sm90_rotation_fits;
 using flashattn::cuda::bwd_turn_group_blocks;
 
 BackwardParams problem(int seqlen_q, int seqlen_k, int head_dim, bool deterministic = true) {
@@ -30,30 +32,45 @@ BackwardParams problem(int seqlen_q, int seqlen_k, int head_dim, bool determinis
   return p;
 }
 
-TEST(BwdDeterministicPlan, RotatedOrderOnlyForSquarePairsOfAtMostEightKeyBlocks) {
-  EXPECT_TRUE(bwd_sm90_rotates(problem(1024, 1024, 64), 64));   // 8 x 8 blocks of 128
-  EXPECT_TRUE(bwd_sm90_rotates(problem(256, 250, 64), 64));     // 2 x 2
-  EXPECT_FALSE(bwd_sm90_rotates(problem(2048, 2048, 64), 64));  // 16 key blocks
-  EXPECT_FALSE(bwd_sm90_rotates(problem(1024, 1024, 128), 128));  // 8 key x 16 query blocks
-  EXPECT_FALSE(bwd_sm90_rotates(problem(512, 512, 256), 256));    // no dQ writer
-  EXPECT_FALSE(bwd_sm90_rotates(problem(100, 100, 64), 64));      // one key block
-  EXPECT_FALSE(bwd_sm90_rotates(problem(1024, 1024, 64, false), 64));
+TEST(BwdDeterministicPlan, RotatedOrderForAtMostEightKeyBlocksWithTheDqWriter) {
+  // Key blocks x query blocks.
+  EXPECT_TRUE(bwd_sm90_rotation_fits(problem(1024, 1024, 64), 64));    // 8 x 8 of 128
+  EXPECT_TRUE(bwd_sm90_rotation_fits(problem(256, 250, 64), 64));      // 2 x 2
+  EXPECT_TRUE(bwd_sm90_rotation_fits(problem(1024, 1024, 128), 128));  // 8 x 16
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(200, 500, 64), 64));     // 4 x 2
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(2048, 2048, 64), 64));   // 16 key blocks
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(512, 512, 256), 256));   // no dQ writer
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(100, 100, 64), 64));     // one key block
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(1024, 1024, 96), 96));   // no Hopper kernel
+  EXPECT_FALSE(bwd_sm90_rotation_fits(problem(1024, 1024, 64, false), 64));
   BackwardParams causal = problem(1024, 1024, 64);
   causal.window_right = 0;
-  EXPECT_FALSE(bwd_sm90_rotates(causal, 64));
+  EXPECT_FALSE(bwd_sm90_rotation_fits(causal, 64));
   BackwardParams varlen = problem(1024, 1024, 64);
   const int32_t cu[] = {0, 1024, 2048};
   varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
-  EXPECT_FALSE(bwd_sm90_rotates(varlen, 64));
+  EXPECT_FALSE(bwd_sm90_rotation_fits(varlen, 64));
+  // The GPU suite's rotated problems (test_cuda_backward_suite.cpp, sanitize).
+  for (const auto& [q, k, d] : {std::tuple{600, 520, 64}, {120, 250, 128}, {256, 250, 64},
+                                {600, 1000, 128}, {500, 1000, 128}, {1000, 1000, 64},
+                                {100, 200, 128}, {200, 300, 128}}) {
+    EXPECT_TRUE(bwd_sm90_rotation_fits(problem(q, k, d), d)) << q << " x " << k << ", d " << d;
+  }
+  // The device needs the SMs for a pair and more.
+  EXPECT_TRUE(bwd_sm90_rotates(problem(1024, 1024, 64), 64, 132));
+  EXPECT_TRUE(bwd_sm90_rotates(problem(1024, 1024, 64), 64, 16));
+  EXPECT_FALSE(bwd_sm90_rotates(problem(1024, 1024, 64), 64, 15));
+  EXPECT_FALSE(bwd_sm90_rotates(problem(2048, 2048, 64), 64, 132));
 }
 
 TEST(BwdDeterministicPlan, SlicesForShortPairsWithoutAMaskThatDoNotRotate) {
   EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 256), 256), 2);  // 16 key blocks of 64
   EXPECT_EQ(bwd_sm90_dq_slices(problem(2048, 2048, 256), 256), 1);  // 32
-  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 128), 128), 2);  // 8, not rotated
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 128), 128), 1);  // 8 x 16, rotated
   EXPECT_EQ(bwd_sm90_dq_slices(problem(2048, 2048, 64), 64), 2);    // 16
   EXPECT_EQ(bwd_sm90_dq_slices(problem(4096, 4096, 64), 64), 1);    // 32
   EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 64), 64), 1);    // rotated
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(200, 500, 64), 64), 2);      // 4 x 2
   EXPECT_EQ(bwd_sm90_dq_slices(problem(64, 64, 256), 256), 1);      // one key block
   EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 256, false), 256), 1);
   EXPECT_EQ(bwd_sm90_dq_slices(problem(1024, 1024, 96), 96), 1);  // no Hopper kernel
@@ -63,11 +80,15 @@ TEST(BwdDeterministicPlan, SlicesForShortPairsWithoutAMaskThatDoNotRotate) {
   BackwardParams window = problem(1024, 1024, 256);
   window.window_left = 100;
   EXPECT_EQ(bwd_sm90_dq_slices(window, 256), 1);
+  BackwardParams varlen = problem(1024, 1024, 64);
+  const int32_t cu[] = {0, 1024, 2048};
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
+  EXPECT_EQ(bwd_sm90_dq_slices(varlen, 64), 2);
   // The GPU suite's sliced problems (test_cuda_backward_suite.cpp, sanitize).
   EXPECT_EQ(bwd_sm90_dq_slices(problem(700, 900, 256), 256), 2);
   EXPECT_EQ(bwd_sm90_dq_slices(problem(300, 200, 256), 256), 2);
   EXPECT_EQ(bwd_sm90_dq_slices(problem(130, 140, 256), 256), 2);
-  EXPECT_EQ(bwd_sm90_dq_slices(problem(200, 300, 128), 128), 2);
+  EXPECT_EQ(bwd_sm90_dq_slices(problem(100, 900, 128), 128), 2);  // 8 x 2: not rotated
 }
 
 // The kernels' turn in a slice: key blocks [0, end) visit a query block; in the fixed order
@@ -125,9 +146,10 @@ TEST(BwdDeterministicPlan, WorkspaceHoldsTheSlices) {
   const size_t accum = static_cast<size_t>(p.total_q) * p.nheads * p.head_dim * 4;
   EXPECT_EQ(one.turns - one.dq_accum, accum);
   EXPECT_EQ(two.turns - two.dq_accum, 2 * accum);
-  EXPECT_EQ(two.turns_bytes, 2 * one.turns_bytes);
-  EXPECT_EQ(one.turns_bytes, static_cast<size_t>(p.batch) * p.nheads * (1024 / 64) *
-                                 flashattn::cuda::kBwdTurnStride * 4);
+  // A line per counter and one for the ticket.
+  const size_t line = flashattn::cuda::kBwdTurnStride * 4;
+  EXPECT_EQ(one.turns_bytes, (static_cast<size_t>(p.batch) * p.nheads * (1024 / 64) + 1) * line);
+  EXPECT_EQ(two.turns_bytes, 2 * one.turns_bytes - line);
   EXPECT_EQ(bwd_workspace_layout(problem(1024, 1024, 256, false), 64, 1).turns_bytes, 0u);
 }
 

@@ -134,8 +134,7 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
   const int lane = tid % 32;
   const int warp = tid / 32;
   const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, false,
-                w.turn_group_blocks);
+      bwd_block(p.deterministic, p.window_left >= 0 || p.window_right >= 0, w.turn_group_blocks);
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;

@@ -128,10 +128,10 @@ struct BwdSequence {
                    : bwd_grouped_turn(n, kb.begin, kb.end, turn_group_blocks);
   }
 
-  // For a block of a cluster that holds all key blocks of its pair: the rotated order, where
-  // it applies (every query block sees the same key blocks, at most one per query block). The
-  // launcher clusters only such pairs (sm90/bwd_launch.cuh); this test keeps any other in the
-  // fixed order, which is also free of deadlock inside a cluster.
+  // For a block of the ticketed launch (bwd_block_order.cuh): the rotated order, where it
+  // applies (every query block sees the same key blocks, at most one per query block). The
+  // plan takes the launch only for such problems (bwd_deterministic_plan.hpp); this test keeps
+  // any other block in the fixed order, which the tickets also keep free of deadlock.
   __device__ __forceinline__ void use_rotated_order(const core::BackwardParams& p) {
     const int visiting = (seqlen_k + kBlockN - 1) / kBlockN;
     rotated = p.window_left < 0 && p.window_right < 0 && n < visiting && visiting <= m_blocks;

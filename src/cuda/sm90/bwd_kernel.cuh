@@ -4,7 +4,7 @@
 // (key block, KV head, batch entry) keeps dK and dV of its keys in registers and loops over the
 // query blocks (and the query heads of its KV head) that see it; dQ is added into the fp32
 // workspace accumulator; the deterministic mode (an instantiation of its own) takes turns per
-// query block in the same order (or, launched on clusters, in the rotated order of
+// query block in the same order (or, with the tiles taken from tickets, in the rotated order of
 // bwd_block_order.cuh), in one of two accumulator slices where bwd_deterministic_plan.hpp says.
 // What changes is who multiplies what. Two warpgroups split the work in one of two ways
 // (backward_tuning.hpp's bwd_sm90_tile):
@@ -57,7 +57,6 @@
 #include "cuda/sm80/fwd_mask.cuh"
 #include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -162,12 +161,19 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int group_index = tid / 128;  // this thread's warpgroup
-  // Launched on clusters (bwd_launch.cuh, with the dQ writer only): deterministic, a cluster
-  // per (head, batch) pair.
-  const bool clustered = kDeterministic && S::kDqWriter && cluster_blocks() > 1;
-  const BwdBlock block =  // bwd_block_order.cuh
-      bwd_block(kDeterministic, p.window_left >= 0 || p.window_right >= 0, clustered,
-                kDeterministic ? w.turn_group_blocks : 0);
+  // The tile: from the grid index, or in the rotated order from a ticket (bwd_block_order.cuh).
+  BwdBlock block = bwd_block(kDeterministic, p.window_left >= 0 || p.window_right >= 0,
+                             kDeterministic ? w.turn_group_blocks : 0);
+  // The rotated order: only with the dQ writer (bwd_deterministic_plan.hpp).
+  constexpr bool kMayRotate = kDeterministic && S::kDqWriter;
+  if constexpr (kMayRotate) {
+    if (w.rotated) {
+      __shared__ int ticket;
+      if (tid == 0) ticket = atomicAdd(w.ticket, 1);
+      __syncthreads();
+      block = bwd_ticket_block(ticket, gridDim.x, gridDim.y);
+    }
+  }
   const int n = block.n;
   const int hk = block.hk;
   const int b = block.b;
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n,  // bwd_sequence.cuh
                                               kDeterministic ? w.turn_group_blocks : 0);
   if (seq.empty()) return;
-  if (clustered) seq.use_rotated_order(p);
+  if (kMayRotate && w.rotated) seq.use_rotated_order(p);
   const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
   const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;
   const int m_blocks = seq.m_blocks;

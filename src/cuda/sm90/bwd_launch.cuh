@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/bwd_deterministic_plan.hpp"
 #include "cuda/check.hpp"
 #include "cuda/sm80/score_transform.cuh"
 #include "cuda/sm90/bwd_kernel.cuh"
@@ -18,35 +17,8 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   auto kernel = &bwd_kernel<T, D, kDropout, kDeterministic>;
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  const int key_blocks = (p.seqlen_k + S::kBlockN - 1) / S::kBlockN;
-  const dim3 grid(key_blocks, p.nheads_k, p.batch);
+  const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k, p.batch);
   const sm80::FwdScores scores = sm80::fwd_scores(p);
-  // The rotated order (bwd_deterministic_plan.hpp): every pair's key blocks in one cluster,
-  // where such a cluster fits the GPU (the occupancy query says whether one can run at all);
-  // else the plain launch and the fixed order.
-  if (bwd_sm90_rotates(p, D)) {
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = key_blocks;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(S::kThreads);
-    config.dynamicSmemBytes = S::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // not launchable on clusters here: the plain launch below
-      clusters = 0;
-    }
-    if (clusters > 0) {
-      return cuda_status(cudaLaunchKernelEx(&config, kernel, p, scores, w),
-                         "launching the sm90 backward kernel on clusters");
-    }
-  }
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, scores, w);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
 }

@@ -25,12 +25,12 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   windowed_varlen.seqlens_k = {9, 140};
   windowed_varlen.causal = true;
   windowed_varlen.window_left = 20;
-  // Deterministic on Hopper: 2 key blocks of 128 in a cluster, the rotated order.
+  // Deterministic on Hopper, tiles from tickets and the rotated order: 2 key blocks of 128;
+  // 3 over 4 query blocks, both halves of the dQ writer (d = 128).
   Problem rotated = dense_problem(DType::kF16, {1, 2, 1, 100, 200, 128}, 16);
-  // Deterministic on Hopper, two dQ accumulator slices: 3 key blocks of 64 (d = 256); 3 key
-  // blocks of 128 over 4 query blocks, both halves of the dQ writer (d = 128).
-  Problem sliced = dense_problem(DType::kBF16, {1, 2, 1, 130, 140, 256}, 17);
   Problem writer_halves = dense_problem(DType::kF16, {1, 2, 1, 200, 300, 128}, 18);
+  // Deterministic on Hopper, two dQ accumulator slices: 3 key blocks of 64 (d = 256).
+  Problem sliced = dense_problem(DType::kBF16, {1, 2, 1, 130, 140, 256}, 17);
   // Deterministic, causal, 33 key blocks of 64 (d = 256) in two turn groups, one query block
   // that sees them all.
   Problem turn_groups = dense_problem(DType::kBF16, {1, 1, 1, 64, 2100, 256}, 19);

@@ -230,13 +230,13 @@ TEST_P(CudaBackward, StridedViews) {
   expect_passes_on_cuda(packed);
 }
 
-// Deterministic without a mask, when a cluster holds all key blocks of a (head, batch) pair
-// (as many as query blocks, at most 8; d = 64: 128 x 128 tiles, d = 128: 64 x 128), the sm90
-// kernel with the dQ writer adds dQ in the rotated order (bwd_block_order.cuh): the gradients
-// must be as right as in the fixed order.
+// Deterministic without a mask, at most 8 key blocks and at least as many query blocks
+// (d = 64: 128 x 128 tiles, d = 128: 64 x 128), the sm90 kernel with the dQ writer takes its
+// tiles from tickets and adds dQ in the rotated order (bwd_block_order.cuh; the plan's test
+// pins these shapes to it): the gradients must be as right as in the fixed order.
 TEST_P(CudaBackward, DeterministicRotatedOrder) {
   const Shape shapes[] = {{1, 2, 1, 600, 520, 64}, {2, 4, 2, 120, 250, 128},
-                          {1, 4, 2, 256, 250, 64}};
+                          {1, 4, 2, 256, 250, 64}, {1, 2, 1, 600, 1000, 128}};
   for (const Shape& shape : shapes) {
     expect_passes(fa_test::check_backward(problem(shape), deterministic_runner()));
   }
@@ -247,13 +247,14 @@ struct MaskedShape {
   bool causal;
 };
 
-// Deterministic, d = 256 on short sequences without a mask: on Hopper the key blocks add into
-// two dQ accumulator slices by parity (bwd_deterministic_plan.hpp; the plan's test pins these
-// shapes to two slices), summed by the conversion; odd and even key block counts, GQA; causal
-// takes one slice.
+// Deterministic, short sequences without a mask that do not rotate (d = 256; d = 128 with too
+// few query blocks): on Hopper the key blocks add into two dQ accumulator slices by parity
+// (bwd_deterministic_plan.hpp; the plan's test pins these shapes to two slices), summed by the
+// conversion; odd and even key block counts, GQA; causal takes one slice.
 TEST_P(CudaBackward, DeterministicSlicedAccumulator) {
   const MaskedShape cases[] = {{{2, 4, 2, 700, 900, 256}, false},
                                {{1, 2, 1, 300, 200, 256}, false},
+                               {{1, 2, 1, 100, 900, 128}, false},
                                {{2, 4, 1, 500, 500, 256}, true}};
   for (const MaskedShape& c : cases) {
     Problem p = problem(c.shape);
@@ -278,8 +279,8 @@ TEST_P(CudaBackward, DeterministicTurnGroups) {
 // deterministic = true: 20 runs give bitwise identical dq, dk, dv (many key blocks add into
 // each query block's dQ, so atomics in a racing order would differ in the last bits). Without
 // a mask the 500 x 1000 (d = 128) and 1000 x 1000 (d = 64) problems take the rotated order on
-// Hopper (8 key blocks a cluster), the 700 x 900 d = 256 one two accumulator slices, the causal
-// ones the fixed order and two turn groups.
+// Hopper (8 key blocks), the 700 x 900 d = 256 one two accumulator slices, the causal ones the
+// fixed order and two turn groups.
 TEST_P(CudaBackward, DeterministicIsBitwiseReproducible) {
   const MaskedShape cases[] = {{{2, 4, 2, 700, 900, 64}, true},
                                {{1, 2, 1, 300, 2100, 256}, true},
