@@ -31,7 +31,7 @@ namespace flashattn::cuda {
 // at 1024 (8 x 16) +10..+11% -> +3%. The rotated order in two slices (a pair's key blocks of
 // one parity rotating among themselves) lost at 16 key blocks: d = 64 at 2048 +5% -> +8%,
 // d = 128 +5% -> +4%; on the column split (d = 256 at 1024, 16 x 16) +19..+20% -> +22..+23%,
-// its rotation state also made that kernel spill (32 -> 64 bytes) and cost it 2-4 points of
+// its rotation state also made that kernel spill (32 -> 64 bytes) and cost it 3-4 points of
 // deterministic cost at every seqlen, so it keeps the fixed order.
 inline constexpr int kBwdMaxRotatedKeyBlocks = 8;
 
