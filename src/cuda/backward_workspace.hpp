@@ -35,7 +35,7 @@ struct BwdWorkspace {
 inline constexpr int kBwdTurnStride = 32;  // ints
 
 struct BwdWorkspaceLayout {
-  size_t dsum, lse_log2, dq_accum, turns, total;  // byte offsets
+  size_t dsum, lse_log2, dq_accum, turns, ticket, total;  // byte offsets
   size_t turns_bytes;
 };
 
@@ -51,9 +51,10 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const core::BackwardParams& p, in
   l.dq_accum = l.lse_log2 + bwd_align_up(rows * 4);
   l.turns = l.dq_accum + bwd_align_up(dq_slices * rows * p.head_dim * 4);
   const size_t m_blocks = (static_cast<size_t>(p.seqlen_q) + block_m - 1) / block_m;
-  l.turns_bytes = p.deterministic ? (dq_slices * static_cast<size_t>(p.batch) * p.nheads *
-                                            m_blocks + 1) * kBwdTurnStride * 4
-                                  : 0;
+  const size_t counters =
+      p.deterministic ? dq_slices * static_cast<size_t>(p.batch) * p.nheads * m_blocks : 0;
+  l.ticket = l.turns + counters * kBwdTurnStride * 4;
+  l.turns_bytes = p.deterministic ? (counters + 1) * kBwdTurnStride * 4 : 0;
   l.total = l.turns + bwd_align_up(l.turns_bytes);
   return l;
 }
@@ -70,7 +71,7 @@ inline BwdWorkspace bwd_workspace(const core::BackwardParams& p, int block_m, in
   w.dq_accum = reinterpret_cast<float*>(base + l.dq_accum);
   w.turns = reinterpret_cast<int32_t*>(base + l.turns);
   w.turns_bytes = l.turns_bytes;
-  w.ticket = w.turns + (l.turns_bytes > 0 ? l.turns_bytes / 4 - kBwdTurnStride : 0);
+  w.ticket = reinterpret_cast<int32_t*>(base + l.ticket);
   w.dq_slice_bits = kernel_slices == 2 ? 1 : 0;
   return w;
 }
