@@ -40,11 +40,13 @@ class Direction:
     dropout variant."""
 
     def __init__(self, prefix, macro, families, head_dims, with_dropout, instantiate,
-                 family_head_dims=None):
+                 family_head_dims=None, families_without_dropout=()):
         self.prefix, self.macro = prefix, macro
         self.families, self.head_dims = families, head_dims
         self.family_head_dims = family_head_dims or {}
         self.variants = DROPOUT if with_dropout else {None: ""}
+        # Families of a direction with dropout that compile only the kernel without it.
+        self.families_without_dropout = set(families_without_dropout)
         self.instantiate = instantiate
 
     def source(self, family, ctype, head_dim, dropout):
@@ -60,6 +62,8 @@ class Direction:
             for head_dim in self.family_head_dims.get(family, self.head_dims):
                 for dtype, ctype in DTYPES.items():
                     for dropout, suffix in self.variants.items():
+                        if dropout and family in self.families_without_dropout:
+                            continue
                         name = f"{self.prefix}_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
                         files[name] = self.source(family, ctype, head_dim, dropout)
                         args = [family, ctype, str(head_dim)]
@@ -103,8 +107,12 @@ def kvcache_instantiation(ctype, head_dim, _):
 FORWARD_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
 DIRECTIONS = [
-    Direction("fwd", "FA_FWD_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
-              FORWARD_HEAD_DIMS, True, forward_instantiation),
+    # The Hopper kernel exists for kFwdSm90HeadDims (forward_tuning.hpp); dropout runs on sm80.
+    Direction("fwd", "FA_FWD_KERNEL",
+              {"sm90": "cuda/sm90/fwd_launch.cuh", "sm80": "cuda/sm80/fwd_launch.cuh"},
+              FORWARD_HEAD_DIMS, True, forward_instantiation,
+              family_head_dims={"sm90": [64, 96, 128, 192, 256]},
+              families_without_dropout=["sm90"]),
     # The forward reading K/V through a paged KV cache's block_table (prefill against the
     # cache); the API refuses dropout with a KV cache.
     Direction("fwd_paged", "FA_FWD_PAGED_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
@@ -120,6 +128,55 @@ DIRECTIONS = [
     Direction("kv", "FA_KV_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},
               [64, 128, 256], False, kvcache_instantiation),
 ]
+
+
+# wgmma shapes (m64nNk16) the sm90 kernels use: every N that is a multiple of 16 up to 256, so that
+# any tile of the tuning tables has its instruction. Inline asm must spell out each of the N / 2
+# accumulator registers, which only a generated text can do for every N.
+WGMMA_N = list(range(16, 257, 16))
+WGMMA_TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
+
+
+def wgmma_instructions():
+    """The body of src/cuda/sm90/wgmma_instructions.inc: Mma<N, T> with ss() and rs()."""
+    out = [HEADER.rstrip("\n"),
+           "// Included by wgmma.cuh inside namespace flashattn::cuda::sm90::warpgroup: the",
+           "// m64nNk16 wgmma wrappers with fp32 accumulators, one specialization per (N, type).",
+           "// clang-format off"]
+    for n in WGMMA_N:
+        c = n // 2
+        regs = ", ".join(f"%{i}" for i in range(c))
+        acc = ", ".join(f'"+f"(d[{i}])' for i in range(c))
+        for ctype, ptx in WGMMA_TYPES.items():
+            shape = f"m64n{n}k16.f32.{ptx}.{ptx}"
+            out.append(f"template <>\nstruct Mma<{n}, {ctype}> {{")
+            out.append("  template <bool kTransA, bool kTransB>")
+            out.append(f"  static __device__ __forceinline__ void ss(float (&d)[{c}], uint64_t desc_a, "
+                       "uint64_t desc_b, bool accumulate) {")
+            out.append(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n"')
+            out.append(f'                 "wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, '
+                       f'%{c}, %{c + 1}, p, 1, 1, %{c + 3}, %{c + 4};\\n}}\\n"')
+            out.append(f"                 : {acc}")
+            out.append('                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), '
+                       '"n"(static_cast<int>(kTransA)), "n"(static_cast<int>(kTransB)));')
+            out.append("  }")
+            out.append("  template <bool kTransB>")
+            out.append(f"  static __device__ __forceinline__ void rs(float (&d)[{c}], const uint32_t (&a)[4], "
+                       "uint64_t desc_b, bool accumulate) {")
+            out.append(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 5}, 0;\\n"')
+            out.append(f'                 "wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, '
+                       f'{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1, %{c + 6};\\n}}\\n"')
+            out.append(f"                 : {acc}")
+            out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), '
+                       '"r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kTransB)));')
+            out.append("  }")
+            out.append("};")
+    out.append("// clang-format on")
+    return "\n".join(out) + "\n"
+
+
+# Generated files outside OUT_DIR, by path relative to the repository root.
+OTHER_FILES = {"src/cuda/sm90/wgmma_instructions.inc": wgmma_instructions}
 
 
 def expected_files():
@@ -142,16 +199,23 @@ def main():
     generated = {p.name for p in OUT_DIR.glob("*") if p.read_text().startswith(HEADER)} \
         if OUT_DIR.exists() else set()
     extra = sorted(generated - set(files))
+    other_stale = [path for path, make in OTHER_FILES.items()
+                   if not (ROOT / path).exists() or (ROOT / path).read_text() != make()]
     if args.check:
         for name in stale + extra:
             print(f"stale: src/cuda/instantiations/{name}")
-        return 1 if stale or extra else 0
+        for path in other_stale:
+            print(f"stale: {path}")
+        return 1 if stale or extra or other_stale else 0
+    for path in other_stale:
+        (ROOT / path).write_text(OTHER_FILES[path]())
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for name in stale:
         (OUT_DIR / name).write_text(files[name])
     for name in extra:
         (OUT_DIR / name).unlink()
-    print(f"{len(files)} files, {len(stale)} written, {len(extra)} removed")
+    print(f"{len(files) + len(OTHER_FILES)} files, {len(stale) + len(other_stale)} written, "
+          f"{len(extra)} removed")
     return 0
 
 

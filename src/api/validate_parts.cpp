@@ -1,5 +1,6 @@
 #include "api/validate_parts.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/numeric.hpp"
@@ -92,6 +93,9 @@ void fill_common(const Tensor& q, const Tensor& out, const Tensor& lse, const Si
   params->seqlen_q = static_cast<int>(sizes.seqlen_q);
   params->seqlen_k = static_cast<int>(sizes.seqlen_k);
   params->total_q = static_cast<int>(sizes.varlen ? sizes.rows_q : sizes.batch * sizes.rows_q);
+  // cu_seqlens_k (int32) never reaches past 2^31 - 1 rows, whatever the tensor holds.
+  constexpr int64_t kMaxRows = 2147483647;
+  params->total_k = sizes.varlen ? static_cast<int>(std::min(sizes.rows_k, kMaxRows)) : 0;
   params->q = operand_of(q);
   params->out = operand_of(out);
   if (lse.present()) {

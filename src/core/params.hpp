@@ -28,6 +28,7 @@ struct AttentionParams {
   int seqlen_q = 0;    // dense: the size; varlen: max_seqlen_q
   int seqlen_k = 0;    // dense: the size; varlen: max_seqlen_k; kv cache: the cache capacity
   int total_q = 0;     // rows of q (varlen: total_q; dense: batch * seqlen_q)
+  int total_k = 0;     // varlen: rows of k and v (total_k); dense: unused
 
   Operand q, k, v, out;
 

@@ -18,7 +18,7 @@
 #include "cuda/device_limits.hpp"
 #include "cuda/operand_traits.hpp"
 #include "cuda/sm80/bwd_launch.hpp"
-#include "cuda/sm80/bwd_prepost.cuh"
+#include "cuda/common/bwd_prepost.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 
 namespace flashattn::cuda {
@@ -101,16 +101,16 @@ unsigned grid_for(int64_t items, int per_block) {
 template <class T>
 Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90a,
                  cudaStream_t stream) {
-  const sm80::RowMap rows{p.is_varlen() ? 0 : p.seqlen_q};
+  const RowMap rows{p.is_varlen() ? 0 : p.seqlen_q};
   const int64_t pairs = static_cast<int64_t>(p.total_q) * p.nheads;
-  const bool vector = sm80::bwd_prepost_vector_ok(p, w);
+  const bool vector = bwd_prepost_vector_ok(p, w);
   if (pairs > 0) {
-    const int lanes = sm80::bwd_preprocess_lanes(p, vector);
+    const int lanes = bwd_preprocess_lanes(p, vector);
     const unsigned grid = grid_for(pairs, 256 / lanes);
     if (vector) {
-      sm80::bwd_preprocess<T, true><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
+      bwd_preprocess<T, true><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
     } else {
-      sm80::bwd_preprocess<T, false><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
+      bwd_preprocess<T, false><<<grid, 256, 0, stream>>>(p, rows, w, lanes);
     }
     FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
@@ -122,9 +122,9 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90
   if (pairs > 0) {
     const int64_t elements = pairs * p.head_dim;
     if (vector) {
-      sm80::bwd_convert_dq<T, true><<<grid_for(elements / 8, 256), 256, 0, stream>>>(p, rows, w);
+      bwd_convert_dq<T, true><<<grid_for(elements / 8, 256), 256, 0, stream>>>(p, rows, w);
     } else {
-      sm80::bwd_convert_dq<T, false><<<grid_for(elements, 256), 256, 0, stream>>>(p, rows, w);
+      bwd_convert_dq<T, false><<<grid_for(elements, 256), 256, 0, stream>>>(p, rows, w);
     }
     FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }

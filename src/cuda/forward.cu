@@ -1,5 +1,9 @@
 // The CUDA forward: kernel choice (shared by check_forward, the workspace query and the run),
 // dispatch to the generated instantiations, and the padding path.
+//
+// The kernel is the first entry of instantiations/fwd_list.inc (the Hopper family first) for
+// the call's dtype, compiled head dim and dropout whose family the device runs and which
+// accepts the call's layout, as in the backward (backward.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include "cuda/forward_plan.hpp"
 #include "cuda/forward_tuning.hpp"
 #include "cuda/sm80/fwd_launch.hpp"
+#include "cuda/sm90/fwd_launch.hpp"
 
 namespace flashattn::cuda {
 namespace {
@@ -21,27 +26,47 @@ Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA forward: " + what);
 }
 
-// Dynamic shared memory of the compiled kernel for (dtype, head dim); 0 if none.
-int kernel_smem_bytes(core::ElementType dtype, int head_dim) {
-#define FA_FWD_KERNEL(family, type, hdim, dropout)                          \
-  if (dtype == element_type_of<type>() && head_dim == hdim) {               \
-    return family::forward_smem_bytes<type, hdim>();                        \
+struct Chosen {
+  FwdKernel kernel = FwdKernel::kNone;
+  int smem_bytes = 0;
+  int block_m = 0;
+};
+
+// `as_run` are the params the kernel sees: the caller's, or their padded copy.
+Chosen first_kernel(const core::AttentionParams& as_run, bool sm90a) {
+#define FA_FWD_KERNEL(family, type, hdim, dropout)                                          \
+  if ((sm90a || !family::kFwdNeedsSm90a) && as_run.dtype == element_type_of<type>() &&      \
+      as_run.head_dim == hdim && as_run.has_dropout() == dropout &&                         \
+      family::forward_accepts(as_run)) {                                                    \
+    return {family::kFwdKernel, family::forward_smem_bytes<type, hdim>(),                   \
+            family::forward_block_m<hdim>()};                                               \
   }
 #include "cuda/instantiations/fwd_list.inc"
 #undef FA_FWD_KERNEL
-  return 0;
+  return {};
 }
 
-Status run_kernel(const core::AttentionParams& p, cudaStream_t stream) {
-#define FA_FWD_KERNEL(family, type, hdim, dropout)                          \
-  if (p.dtype == element_type_of<type>() && p.head_dim == hdim &&           \
-      p.has_dropout() == dropout) {                                         \
-    return family::run_forward<type, hdim, dropout>(p, stream);             \
+Status run_kernel(const core::AttentionParams& p, FwdKernel kernel, cudaStream_t stream) {
+#define FA_FWD_KERNEL(family, type, hdim, dropout)                                          \
+  if (kernel == family::kFwdKernel && p.dtype == element_type_of<type>() &&                 \
+      p.head_dim == hdim && p.has_dropout() == dropout) {                                   \
+    return family::run_forward<type, hdim, dropout>(p, stream);                             \
   }
 #include "cuda/instantiations/fwd_list.inc"
 #undef FA_FWD_KERNEL
   return Status(StatusCode::kInternal, "CUDA forward: no kernel for head dim " +
                                            std::to_string(p.head_dim));
+}
+
+// The layout of the padded copy (pad_inputs): contiguous, so every family accepts it.
+core::AttentionParams padded_shape(const core::AttentionParams& p, int head_dim) {
+  core::AttentionParams k = p;
+  k.head_dim = k.head_dim_v = head_dim;
+  k.q = contiguous(nullptr, p, p.nheads, p.seqlen_q, head_dim);
+  k.k = contiguous(nullptr, p, p.nheads_k, p.seqlen_k, head_dim);
+  k.v = contiguous(nullptr, p, p.nheads_k, p.seqlen_k, head_dim);
+  k.out = contiguous(nullptr, p, p.nheads, p.seqlen_q, head_dim);
+  return k;
 }
 
 }  // namespace
@@ -63,14 +88,20 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
                        std::to_string(p.batch) + " nheads=" + std::to_string(p.nheads));
   }
   plan->head_dim = fwd_kernel_head_dim(p.head_dim);
-  const Status fits = check_kernel_fits("CUDA forward", device, plan->head_dim,
-                                        kernel_smem_bytes(p.dtype, plan->head_dim));
-  if (!fits.ok()) return fits;
   const bool varlen = p.is_varlen();
   const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
   plan->padded = plan->head_dim != p.head_dim || !in_place(p.q) || !in_place(p.k) ||
                  !in_place(p.v) || !in_place(p.out);
-  plan->kernel = FwdKernel::kSm80;
+  DeviceLimits limits;
+  const Status queried = device_limits(device, &limits);
+  if (!queried.ok()) return queried;
+  const Chosen chosen =
+      first_kernel(plan->padded ? padded_shape(p, plan->head_dim) : p, limits.sm90a);
+  const Status fits =
+      check_kernel_fits("CUDA forward", device, plan->head_dim, chosen.smem_bytes);
+  if (!fits.ok()) return fits;
+  plan->kernel = chosen.kernel;
+  plan->block_m = chosen.block_m;
   return Status::Ok();
 }
 
@@ -97,7 +128,7 @@ Status forward(const core::AttentionParams& params, void* workspace, void* strea
   FwdPlan plan;
   const Status chosen = choose_kernel(params, device, &plan);
   if (!chosen.ok()) return chosen;
-  if (!plan.padded) return run_kernel(params, stream);
+  if (!plan.padded) return run_kernel(params, plan.kernel, stream);
   if (workspace == nullptr) {
     return Status(StatusCode::kInvalidArgument,
                   "launch.workspace: expected " +
@@ -108,7 +139,7 @@ Status forward(const core::AttentionParams& params, void* workspace, void* strea
   core::AttentionParams padded;
   const Status copied = pad_inputs(params, plan.head_dim, workspace, stream, &padded);
   if (!copied.ok()) return copied;
-  const Status ran = run_kernel(padded, stream);
+  const Status ran = run_kernel(padded, plan.kernel, stream);
   if (!ran.ok()) return ran;
   return unpad_output(params, padded, stream);
 }

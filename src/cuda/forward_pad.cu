@@ -2,6 +2,7 @@
 // caller's strided tensors and contiguous [rows, heads, padded_dim] buffers in the workspace.
 #include "cuda/forward_pad.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/check.hpp"
@@ -133,6 +134,9 @@ Status pad_inputs(const core::AttentionParams& p, int padded_dim, void* workspac
   padded->k = contiguous(base + l.k, p, p.nheads_k, p.seqlen_k, padded_dim);
   padded->v = contiguous(base + l.v, p, p.nheads_k, p.seqlen_k, padded_dim);
   padded->out = contiguous(base + l.out, p, p.nheads, p.seqlen_q, padded_dim);
+  // The rows of the varlen k and v copies (the caller's may hold fewer, or more unused ones).
+  constexpr int64_t kMaxRows = 2147483647;
+  if (p.is_varlen()) padded->total_k = static_cast<int>(std::min(rows_k(p), kMaxRows));
 
   const int32_t* k_rows = p.is_varlen() ? p.cu_seqlens_k + p.batch : nullptr;
   struct Copy {

@@ -12,11 +12,13 @@ namespace flashattn::cuda {
 enum class FwdKernel {
   kNone,
   kSm80,  // mma.sync FlashAttention-2 kernel (sm80/), sm_80 and newer
+  kSm90,  // warp-specialized wgmma + TMA kernel (sm90/fwd_kernel.cuh), sm_90a
 };
 
 struct FwdPlan {
   FwdKernel kernel = FwdKernel::kNone;
   int head_dim = 0;     // the compiled head dim that runs (>= params.head_dim)
+  int block_m = 0;      // query rows per block (or tile) of that kernel
   bool padded = false;  // q, k, v and out go through a padded, aligned copy in the workspace
 };
 

@@ -65,4 +65,61 @@ static_assert(fwd_table_entry_ok(32) && fwd_table_entry_ok(64) && fwd_table_entr
               fwd_table_entry_ok(128) && fwd_table_entry_ok(192) && fwd_table_entry_ok(256),
               "a forward tile does not fit an sm_80 GPU");
 
+// ---- The Hopper kernel (sm90/fwd_kernel.cuh) ------------------------------------------------
+// A tile of block_m query rows, 64 per MMA warpgroup (block_m / 64 of them beside the producer
+// warpgroup), against key blocks of block_n rows that stream through a ring of `stages`
+// K and V buffers. The head dims of Q/K (head_dim) and of V/O (head_dim_v) are separate
+// entries of the table, though only head_dim_v == head_dim is compiled so far.
+struct FwdSm90Tile {
+  int block_m;
+  int block_n;
+  int stages;
+};
+
+// Head dims with a Hopper kernel (d == d_v); the others run on the sm80 kernels.
+inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
+
+// Shapes follow what makes FlashAttention-3 fast: the S accumulator (block_n / 2 registers),
+// the O accumulator (head_dim_v / 2) and P in registers must fit the MMA warpgroups' budget
+// (240 registers with two of them, 160 with three), and Q plus two stages of K and V must fit
+// 227 KiB of shared memory.
+constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v) {
+  if (head_dim != head_dim_v) return {0, 0, 0};
+  switch (head_dim) {
+    case 64: return {192, 128, 2};
+    case 96: return {128, 128, 2};
+    case 128: return {128, 176, 2};
+    case 192: return {128, 112, 2};
+    case 256: return {128, 80, 2};
+    default: return {0, 0, 0};
+  }
+}
+
+constexpr int fwd_sm90_round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+// Shared memory of the kernel's storage (sm90/fwd_storage.cuh): Q, the K and V rings (O is
+// staged in the V ring), 16-bit elements in 64-column panels, a 1 KiB slot for the
+// barriers, and the 1 KiB alignment of the swizzled tiles.
+constexpr int fwd_sm90_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
+  const int qk_cols = fwd_sm90_round_up(head_dim, 64);
+  const int v_cols = fwd_sm90_round_up(head_dim_v, 64);
+  const int v_ring = t.stages * t.block_n * v_cols * 2;
+  const int o_stage = t.block_m * v_cols * 2;
+  return t.block_m * qk_cols * 2 + t.stages * t.block_n * qk_cols * 2 +
+         (v_ring > o_stage ? v_ring : o_stage) + 1024 + 1024;
+}
+
+constexpr bool fwd_sm90_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {
+  return (t.block_m == 128 || t.block_m == 192) && t.block_n % 16 == 0 && t.block_n >= 16 &&
+         t.block_n <= 256 && t.stages >= 2 && head_dim % 32 == 0 && head_dim_v % 32 == 0 &&
+         fwd_sm90_smem_bytes(head_dim, head_dim_v, t) <= 227 * 1024;
+}
+
+static_assert(fwd_sm90_tile_valid(64, 64, fwd_sm90_tile(64, 64)) &&
+                  fwd_sm90_tile_valid(96, 96, fwd_sm90_tile(96, 96)) &&
+                  fwd_sm90_tile_valid(128, 128, fwd_sm90_tile(128, 128)) &&
+                  fwd_sm90_tile_valid(192, 192, fwd_sm90_tile(192, 192)) &&
+                  fwd_sm90_tile_valid(256, 256, fwd_sm90_tile(256, 256)),
+              "a Hopper forward tile does not fit");
+
 }  // namespace flashattn::cuda

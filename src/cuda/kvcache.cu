@@ -138,7 +138,9 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q)
   // heads of a KV head. Below a full block of queries (speculative decoding, chunked prefill's
   // tail) the forward would read K/V once per query head for a block it barely fills, the KV
   // kernel once per KV head.
-  if (p.seqlen_q < fwd_sm80_tile(forward_plan.head_dim).block_m) return false;
+  const int block_m =
+      p.is_paged() ? fwd_sm80_tile(forward_plan.head_dim).block_m : forward_plan.block_m;
+  if (p.seqlen_q < block_m) return false;
   if (!p.is_paged()) return true;
   return check_kernel_fits("CUDA KV cache", device, forward_plan.head_dim,
                            paged_forward_smem_bytes(p.dtype, forward_plan.head_dim))

@@ -1,4 +1,4 @@
-// The backward kernels' block order (src/cuda/bwd_block_order.cuh), checked on the CPU: every
+// The backward kernels' block order (src/cuda/common/bwd_block_order.cuh), checked on the CPU: every
 // grid index owns a distinct (key block, head, batch entry); in the deterministic mode a block
 // only waits on blocks that start before it (the higher key blocks of its pair have smaller
 // linear indices), which is what keeps the turn-taking free of deadlock; and the orders are
@@ -15,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "cuda/bwd_block_order.cuh"
+#include "cuda/common/bwd_block_order.cuh"
 
 namespace {
 

@@ -7,7 +7,7 @@
 // once, without atomics or extra workspace.
 //
 // Mainloop over the query blocks that see this key block: the set is defined by the forward's
-// mask policy (FwdMask::blocks with the backward's tile), so a query block is visited iff the
+// mask policy (VisibilityMask::blocks with the backward's tile), so a query block is visited iff the
 // forward would visit this key block for it, and it is masked iff the forward masks it. Per
 // query block (Q and dO double-buffered with cp.async, prefetched one block ahead):
 //   S^T = K Q^T, dP^T = V dO^T     each warp an sdp-share (keys x queries) of the block
@@ -43,21 +43,21 @@
 
 #include "core/mask.hpp"
 #include "core/params.hpp"
-#include "cuda/bwd_block_order.cuh"
+#include "cuda/common/bwd_block_order.cuh"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/atomics.cuh"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/mma.cuh"
-#include "cuda/sm80/bwd_elementwise.cuh"
+#include "cuda/common/bwd_elementwise.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
-#include "cuda/sm80/bwd_sequence.cuh"
-#include "cuda/sm80/dropout.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
-#include "cuda/sm80/score_transform.cuh"
-#include "cuda/sm80/smem_tile.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/bwd_sequence.cuh"
+#include "cuda/common/dropout.cuh"
+#include "cuda/common/block_mask.cuh"
+#include "cuda/common/score_transform.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/tile_copy.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -118,7 +118,7 @@ __device__ __forceinline__ void store_share(unsigned char* tile, const float (&a
 
 template <class T, int D, class TileT, bool kDropout>
 __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, TileT>::kMinBlocks)
-    bwd_kernel(const __grid_constant__ core::BackwardParams p, const FwdScores sc,
+    bwd_kernel(const __grid_constant__ core::BackwardParams p, const ScoreScales sc,
                const BwdWorkspace w) {
   using S = BwdShape<D, TileT>;
   using QTile = typename S::QTile;

@@ -1,5 +1,5 @@
 // The launcher of bwd_kernel for one tile shape. Included by the generated instantiation
-// files. The scores are recomputed with the forward's conversions (fwd_scores), so the
+// files. The scores are recomputed with the forward's conversions (score_scales), so the
 // backward's P is the forward's softmax bit for bit up to the exp2 rounding.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include "cuda/check.hpp"
 #include "cuda/sm80/bwd_kernel.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
-#include "cuda/sm80/score_transform.cuh"
+#include "cuda/common/score_transform.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -29,7 +29,7 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w, cud
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   }
   const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k, p.batch);
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, fwd_scores(p), w);
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, score_scales(p), w);
   return cuda_status(cudaGetLastError(), "launching the sm80 backward kernel");
 }
 

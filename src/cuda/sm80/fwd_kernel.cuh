@@ -37,14 +37,14 @@
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/mma.cuh"
-#include "cuda/sm80/dropout.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
-#include "cuda/sm80/fwd_keys.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
-#include "cuda/sm80/fwd_softmax.cuh"
-#include "cuda/sm80/score_transform.cuh"
-#include "cuda/sm80/smem_tile.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/key_source.cuh"
+#include "cuda/common/block_mask.cuh"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/score_transform.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/tile_copy.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -71,7 +71,7 @@ struct FwdShape {
 
 template <class T, int D, class TileT, bool kDropout, class Keys>
 __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, TileT>::kMinBlocks)
-    fwd_kernel(const __grid_constant__ core::AttentionParams p, const FwdScores sc,
+    fwd_kernel(const __grid_constant__ core::AttentionParams p, const ScoreScales sc,
                const Keys keys) {
   using S = FwdShape<D, TileT>;
   using QTile = typename S::QTile;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
     v = base(p.v, hk, k_start);
   }
 
-  const FwdMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+  const VisibilityMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   const KeyBlocks kb = mask.blocks(m0, rows, kBlockN);
   const float alibi_raw =
       p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;

@@ -1,5 +1,5 @@
 // The launcher of fwd_kernel for one tile shape: grid, shared memory and the score
-// conversions (fwd_scores, score_transform.cuh). Included by the generated instantiation files
+// conversions (score_scales, score_transform.cuh). Included by the generated instantiation files
 // (and the tile tuner).
 #pragma once
 
@@ -29,7 +29,7 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream, const
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
   const dim3 grid((p.seqlen_q + S::kBlockM - 1) / S::kBlockM, p.nheads, p.batch);
-  kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, fwd_scores(p), keys);
+  kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, score_scales(p), keys);
   return cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
 }
 

@@ -7,9 +7,22 @@
 #include <cuda_runtime.h>
 
 #include "core/params.hpp"
+#include "cuda/forward_plan.hpp"
+#include "cuda/forward_tuning.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::cuda::sm80 {
+
+// The dispatch's view of the family (forward.cu): it runs on every device from sm_80 on, any
+// layout the API lets through (16-byte aligned, as the plan ensures), and its block of
+// queries for head dim D.
+inline constexpr bool kFwdNeedsSm90a = false;
+inline constexpr FwdKernel kFwdKernel = FwdKernel::kSm80;
+inline bool forward_accepts(const core::AttentionParams&) { return true; }
+template <int D>
+constexpr int forward_block_m() {
+  return fwd_sm80_tile(D).block_m;
+}
 
 // Launches the forward for `params`, whose head dim is exactly D, on `stream`. Inputs must
 // be 16-byte aligned with row/head/batch strides that are multiples of 8 elements. kDropout:

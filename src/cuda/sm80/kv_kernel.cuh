@@ -32,18 +32,18 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/mma.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
-#include "cuda/sm80/fwd_softmax.cuh"
-#include "cuda/sm80/kv_rows.cuh"
-#include "cuda/sm80/score_transform.cuh"
-#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/common/block_mask.cuh"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/kv_rows.cuh"
+#include "cuda/common/score_transform.cuh"
+#include "cuda/common/smem_tile.cuh"
 
 namespace flashattn::cuda::sm80 {
 
 // What one launch adds to the params: the split count and, when it is > 1, where the splits
 // leave their partial results ([split][batch][head][query][d] and [split][batch][head][query]).
 struct KvRun {
-  FwdScores sc;
+  ScoreScales sc;
   int num_splits;
   float* partial_out;
   float* partial_lse;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   const int block_rows = min(kBlockM, packed_rows - m0);
 
   // The key blocks of this split: the blocks the tile's queries see, cut into equal runs.
-  const FwdMask mask{rows.seqlen_q, rows.seqlen_k, p.window_left, p.window_right};
+  const VisibilityMask mask{rows.seqlen_q, rows.seqlen_k, p.window_left, p.window_right};
   const int first_query = rows.query(m0);
   const int last_query = rows.query(m0 + block_rows - 1);
   const KeyBlocks kb = mask.blocks(first_query, last_query - first_query + 1, kBlockN);

@@ -32,7 +32,7 @@ Status launch_kvcache(const core::KVCacheParams& p, const KvLaunch& launch, cuda
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
   const int m_blocks = (packed_rows + S::kBlockM - 1) / S::kBlockM;
   const dim3 grid(m_blocks * launch.num_splits, p.nheads_k, p.batch);
-  KvRun run{fwd_scores(p), launch.num_splits, launch.partial_out, launch.partial_lse};
+  KvRun run{score_scales(p), launch.num_splits, launch.partial_out, launch.partial_lse};
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, run);
   return cuda_status(cudaGetLastError(), "launching the sm80 KV-cache kernel");
 }

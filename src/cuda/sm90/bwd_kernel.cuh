@@ -11,7 +11,7 @@
 //
 //   key split (block_n = 128): warpgroup w owns keys [64w, 64w + 64), the M of
 //     S^T  = K Q^T,  dP^T = V dO^T   A = K / V rows from shared memory, B = Q / dO (K-major)
-//     P^T, dS^T                      element-wise (sm80::thread::bwd_element) in the
+//     P^T, dS^T                      element-wise (thread::bwd_element) in the
 //                                    accumulator registers, packed to 16 bits: the
 //                                    accumulator layout is the register-A layout of a next
 //                                    product (wgmma_fragments.cuh), so they stay in registers
@@ -44,19 +44,19 @@
 #include "core/params.hpp"
 #include "cuda/backward_tuning.hpp"
 #include "cuda/backward_workspace.hpp"
-#include "cuda/bwd_block_order.cuh"
+#include "cuda/common/bwd_block_order.cuh"
 #include "cuda/bwd_deterministic_plan.hpp"
 #include "cuda/prim/atomics.cuh"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/named_barrier.cuh"
 #include "cuda/prim/shared_access.cuh"
-#include "cuda/sm80/bwd_elementwise.cuh"
-#include "cuda/sm80/bwd_sequence.cuh"
-#include "cuda/sm80/dropout.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
-#include "cuda/sm80/score_transform.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/bwd_elementwise.cuh"
+#include "cuda/common/bwd_sequence.cuh"
+#include "cuda/common/dropout.cuh"
+#include "cuda/common/block_mask.cuh"
+#include "cuda/common/score_transform.cuh"
+#include "cuda/common/tile_copy.cuh"
 #include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -145,7 +145,7 @@ enum BwdBarrier : int { kMmaBarrier = 1, kStashFull = 2, kStashEmpty = 4, kWrite
 
 template <class T, int D, bool kDropout, bool kDeterministic>
 __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
-    bwd_kernel(const __grid_constant__ core::BackwardParams p, const sm80::FwdScores sc,
+    bwd_kernel(const __grid_constant__ core::BackwardParams p, const ScoreScales sc,
                const BwdWorkspace w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, kDeterministic>;
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int hk = block.hk;
   const int b = block.b;
 
-  sm80::BwdSequence<T, kBlockM, kBlockN> seq(p, b, n,  // bwd_sequence.cuh
+  BwdSequence<T, kBlockM, kBlockN> seq(p, b, n,  // bwd_sequence.cuh
                                               kDeterministic ? w.turn_group_blocks : 0);
   if (seq.empty()) return;
   if (kMayRotate && w.rotated) seq.use_rotated_order(p);
@@ -304,12 +304,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       // and to P^T after it, as in the sm80 kernel.
       constexpr int kMaskNT = kNT < 8 ? kNT : 8;
       using DropMask =
-          std::conditional_t<kDropout, sm80::BwdDropoutMask<kMaskNT>, sm80::NoDropoutMask>;
+          std::conditional_t<kDropout, BwdDropoutMask<kMaskNT>, NoDropoutMask>;
       DropMask drop[kNT / kMaskNT];
       if constexpr (kDropout) {
 #pragma unroll
         for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {
-          drop[mask_part] = sm80::BwdDropoutMask<kMaskNT>(sm80::DropoutHead(p, b, h),
+          drop[mask_part] = BwdDropoutMask<kMaskNT>(DropoutHead(p, b, h),
                                                      n0 + key0 + warp_row0,
                                                      m0 + query0 + 8 * kMaskNT * mask_part, lane);
         }
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         for (int i = 0; i < S::kSdpQueries / 2; ++i) {
           int column, distance;
           const bool visible = element_at(i, column, distance);
-          s[i] = sm80::thread::bwd_probability(s[i], lse2[column], sc, alibi_raw, distance,
+          s[i] = thread::bwd_probability(s[i], lse2[column], sc, alibi_raw, distance,
                                                visible);
         }
         wg::wait_group<0>();
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         for (int i = 0; i < S::kSdpQueries / 2; ++i) {
           int column, distance;
           const bool visible = element_at(i, column, distance);
-          const sm80::thread::BwdElement el = sm80::thread::bwd_element(
+          const thread::BwdElement el = thread::bwd_element(
               s[i], dp[i], lse2[column], dsum[column], sc, alibi_raw, distance, visible);
           s[i] = el.p;
           dp[i] = el.ds;
@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
     };
     if constexpr (!kStatsAfterRelease) stage_next_stats();
-    const sm80::KeyBlocks kb = seq.blocks_of(m);
+    const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
     const int turn = seq.turn(m, kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/check.hpp"
-#include "cuda/sm80/score_transform.cuh"
+#include "cuda/common/score_transform.cuh"
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 
@@ -18,7 +18,7 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k, p.batch);
-  const sm80::FwdScores scores = sm80::fwd_scores(p);
+  const ScoreScales scores = score_scales(p);
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, scores, w);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
 }

@@ -25,6 +25,11 @@ __device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
                : "memory");
 }
 
+// This thread's arrival (release: its earlier memory accesses happen before the phase completes).
+__device__ __forceinline__ void arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Returns once the phase of parity `parity` has completed; its writes are then visible.
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

@@ -11,8 +11,8 @@
 // Which dimension is "rows" depends on the operand's major-ness, not on the product:
 //   K-major operand (A of any product, B of S = Q K^T): rows = M or N, cols = K;
 //   MN-major operand (B of O = P V, V stored [seq][d]): rows = K, cols = N.
-// This is the layout of sm80::SmemTile<Rows, Cols> for Cols % 64 == 0 (bytes of its
-// chunk_offset), so sm80::block::copy_tile_async fills these tiles as they are.
+// This is the layout of SmemTile<Rows, Cols> for Cols % 64 == 0 (bytes of its
+// chunk_offset), so block::copy_tile_async fills these tiles as they are.
 #pragma once
 
 #include <cstdint>

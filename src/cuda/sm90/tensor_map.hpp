@@ -1,7 +1,12 @@
-// Host side of the TMA loads (tma_load.cuh): the tensor map of a row-major matrix of 16-bit
-// elements, cut into [box_rows][64] boxes with the 128-byte swizzle, i.e. into the panels of
-// a Swizzle128Tile<box_rows, ...>. cuTensorMapEncodeTiled is a driver function: it is found
+// Host side of the TMA loads (tma_load.cuh): tensor maps of 16-bit elements cut into
+// [box_rows][64] boxes with the 128-byte swizzle, i.e. into the panels of a
+// Swizzle128Tile<box_rows, ...>. cuTensorMapEncodeTiled is a driver function: it is found
 // through the runtime (cudaGetDriverEntryPointByVersion), so nothing links libcuda.
+//
+// Two shapes: a plain row-major matrix (encode_panel_tensor_map), and an attention operand
+// [batch][rows][heads][cols] with any strides (encode_operand_tensor_map), whose dimensions
+// are given innermost first as (col, row, head, batch). Elements outside the dimensions read
+// as zero, which is what makes a tile that runs past the end of a sequence safe.
 #pragma once
 
 #include <cuda.h>
@@ -11,16 +16,21 @@
 #include <string>
 
 namespace flashattn::cuda::sm90 {
+namespace detail {
 
-// Fills `map` for the matrix at device address `base`, `rows` x `cols` elements, rows
-// `row_stride` elements apart. Returns an empty string on success, else what is wrong.
-inline std::string encode_panel_tensor_map(CUtensorMap* map, const void* base, uint64_t rows,
-                                           uint64_t cols, uint64_t row_stride, uint32_t box_rows) {
-  // TMA's own limits: 16-byte aligned base and row pitch, boxes of at most 256 rows.
+// cuTensorMapEncodeTiled for `rank` dimensions (sizes innermost first, strides in bytes of
+// every dimension but the first) with [box_rows][64]-element boxes (1 in the dimensions past
+// the second). Empty on success, else what is wrong.
+inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int rank,
+                                         const cuuint64_t* dims, const cuuint64_t* strides,
+                                         uint32_t box_rows) {
+  // TMA's own limits: 16-byte aligned base and strides, boxes of at most 256 rows.
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "base is not 16-byte aligned";
-  if ((row_stride * 2) % 16 != 0) return "row_stride is not a multiple of 8 elements";
+  for (int i = 0; i + 1 < rank; ++i) {
+    if (strides[i] % 16 != 0) return "a stride is not a multiple of 8 elements";
+    if (strides[i] >= (uint64_t{1} << 40)) return "a stride is 2^40 bytes or more";
+  }
   if (box_rows == 0 || box_rows > 256) return "box_rows must be in 1..256";
-  if (cols < 64 || row_stride < cols) return "cols must be at least 64 and at most row_stride";
 
   static void* const entry = [] {
     void* fn = nullptr;
@@ -38,16 +48,48 @@ inline std::string encode_panel_tensor_map(CUtensorMap* map, const void* base, u
       CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  const cuuint64_t dims[2] = {cols, rows};         // innermost first
-  const cuuint64_t strides[1] = {row_stride * 2};  // bytes, of every dimension but the first
-  const cuuint32_t box[2] = {64, box_rows};        // 64 elements = the 128-byte swizzle span
-  const cuuint32_t element_strides[2] = {1, 1};
+  const cuuint32_t box[4] = {64, box_rows, 1, 1};  // 64 elements = the 128-byte swizzle span
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult result = reinterpret_cast<Encode>(entry)(
-      map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
+      dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) return "cuTensorMapEncodeTiled failed: " + std::to_string(result);
   return {};
+}
+
+}  // namespace detail
+
+// The matrix at device address `base`, `rows` x `cols` elements, rows `row_stride` elements
+// apart, in [box_rows][64] boxes.
+inline std::string encode_panel_tensor_map(CUtensorMap* map, const void* base, uint64_t rows,
+                                           uint64_t cols, uint64_t row_stride, uint32_t box_rows) {
+  if (cols < 64 || row_stride < cols) return "cols must be at least 64 and at most row_stride";
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_stride * 2};
+  return detail::encode_swizzled_boxes(map, base, 2, dims, strides, box_rows);
+}
+
+// Sizes and element strides of an attention operand, as the kernel addresses it: element
+// (col, row, head, batch) is at base + row * row_stride + head * head_stride + batch *
+// batch_stride. A varlen operand is one "batch" entry of all its rows.
+struct OperandExtent {
+  uint64_t cols, rows, heads, batch;
+  int64_t row_stride, head_stride, batch_stride;
+};
+
+// The operand in [box_rows][64] boxes at coordinates (col, row, head, batch).
+inline std::string encode_operand_tensor_map(CUtensorMap* map, const void* base,
+                                             const OperandExtent& e, uint32_t box_rows) {
+  if (e.row_stride <= 0 || e.head_stride <= 0 || e.batch_stride <= 0) {
+    return "strides must be positive";
+  }
+  const cuuint64_t dims[4] = {e.cols, e.rows, e.heads, e.batch};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.row_stride) * 2,
+                                 static_cast<cuuint64_t>(e.head_stride) * 2,
+                                 static_cast<cuuint64_t>(e.batch_stride) * 2};
+  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, box_rows);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -64,99 +64,17 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-// One specialization per (N, element type), generated below: the instruction's register
-// list has N / 2 entries, which inline asm can only spell out literally.
-template <int N, class T>
-struct Mma;
-
-// Operand numbering of both forms: the C = N / 2 accumulators are %0 .. %(C-1), then
+// One specialization per (N, element type): the instruction's register list has N / 2 entries,
+// which inline asm can only spell out literally, so scripts/codegen.py writes them for every N
+// that is a multiple of 16. Operand numbering of both forms: the C = N / 2 accumulators are
+// %0 .. %(C-1), then
 //   ss: desc_a, desc_b, accumulate, trans_a, trans_b            = %C .. %(C+4)
 //   rs: a[0..3], desc_b, accumulate, trans_b                     = %C .. %(C+6)
 // `accumulate` is a run-time value turned into the scale-d predicate (false: D = A B).
-// clang-format off
+template <int N, class T>
+struct Mma;
 
-// "%<t>0, ..., %<t>9, ": the ten operand numbers with tens digits t (empty: 0-9).
-#define FA_WGMMA_TENS(t)                                                                        \
-  "%" #t "0, %" #t "1, %" #t "2, %" #t "3, %" #t "4, "                                          \
-  "%" #t "5, %" #t "6, %" #t "7, %" #t "8, %" #t "9, "
-#define FA_WGMMA_ACC8(b)                                                                        \
-  "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]),                       \
-  "+f"(d[(b) + 4]), "+f"(d[(b) + 5]), "+f"(d[(b) + 6]), "+f"(d[(b) + 7])
-#define FA_WGMMA_ACC32(b) \
-  FA_WGMMA_ACC8(b), FA_WGMMA_ACC8((b) + 8), FA_WGMMA_ACC8((b) + 16), FA_WGMMA_ACC8((b) + 24)
-
-// Per accumulator count C: the register list and the asm output operands.
-#define FA_WGMMA_LIST_16 FA_WGMMA_TENS() "%10, %11, %12, %13, %14, %15"
-#define FA_WGMMA_OUT_16 FA_WGMMA_ACC8(0), FA_WGMMA_ACC8(8)
-#define FA_WGMMA_LIST_32 \
-  FA_WGMMA_TENS() FA_WGMMA_TENS(1) FA_WGMMA_TENS(2) "%30, %31"
-#define FA_WGMMA_OUT_32 FA_WGMMA_ACC32(0)
-#define FA_WGMMA_LIST_64                                                                        \
-  FA_WGMMA_TENS() FA_WGMMA_TENS(1) FA_WGMMA_TENS(2) FA_WGMMA_TENS(3) FA_WGMMA_TENS(4)           \
-  FA_WGMMA_TENS(5) "%60, %61, %62, %63"
-#define FA_WGMMA_OUT_64 FA_WGMMA_ACC32(0), FA_WGMMA_ACC32(32)
-#define FA_WGMMA_LIST_128                                                                       \
-  FA_WGMMA_TENS() FA_WGMMA_TENS(1) FA_WGMMA_TENS(2) FA_WGMMA_TENS(3) FA_WGMMA_TENS(4)           \
-  FA_WGMMA_TENS(5) FA_WGMMA_TENS(6) FA_WGMMA_TENS(7) FA_WGMMA_TENS(8) FA_WGMMA_TENS(9)          \
-  FA_WGMMA_TENS(10) FA_WGMMA_TENS(11) "%120, %121, %122, %123, %124, %125, %126, %127"
-#define FA_WGMMA_OUT_128 \
-  FA_WGMMA_ACC32(0), FA_WGMMA_ACC32(32), FA_WGMMA_ACC32(64), FA_WGMMA_ACC32(96)
-
-// N, C = N / 2, the element type and its PTX name, then the operand numbers C .. C+6 (checked).
-#define FA_WGMMA_DEFINE(N, C, T, PTX, o0, o1, o2, o3, o4, o5, o6)                               \
-  template <>                                                                                   \
-  struct Mma<N, T> {                                                                            \
-    static_assert(2 * (C) == (N) && (o0) == (C) && (o1) == (C) + 1 && (o2) == (C) + 2 &&        \
-                  (o3) == (C) + 3 && (o4) == (C) + 4 && (o5) == (C) + 5 && (o6) == (C) + 6,     \
-                  "wgmma operand numbering");                                                   \
-    template <bool kTransA, bool kTransB>                                                       \
-    static __device__ __forceinline__ void ss(float (&d)[C], uint64_t desc_a, uint64_t desc_b,  \
-                                              bool accumulate) {                                \
-      asm volatile(                                                                             \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %" #o2 ", 0;\n"                                     \
-          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX                         \
-          " {" FA_WGMMA_LIST_##C "}, %" #o0 ", %" #o1 ", p, 1, 1, %" #o3 ", %" #o4 ";\n}\n"     \
-          : FA_WGMMA_OUT_##C                                                                    \
-          : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),                        \
-            "n"(static_cast<int>(kTransA)), "n"(static_cast<int>(kTransB)));                    \
-    }                                                                                           \
-    template <bool kTransB>                                                                     \
-    static __device__ __forceinline__ void rs(float (&d)[C], const uint32_t (&a)[4],            \
-                                              uint64_t desc_b, bool accumulate) {               \
-      asm volatile(                                                                             \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %" #o5 ", 0;\n"                                     \
-          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX                         \
-          " {" FA_WGMMA_LIST_##C "}, {%" #o0 ", %" #o1 ", %" #o2 ", %" #o3 "}, %" #o4           \
-          ", p, 1, 1, %" #o6 ";\n}\n"                                                           \
-          : FA_WGMMA_OUT_##C                                                                    \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                            \
-            "r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kTransB)));                 \
-    }                                                                                           \
-  };
-
-#define FA_WGMMA_DEFINE_TYPES(N, C, o0, o1, o2, o3, o4, o5, o6)                                 \
-  FA_WGMMA_DEFINE(N, C, __nv_bfloat16, "bf16", o0, o1, o2, o3, o4, o5, o6)                      \
-  FA_WGMMA_DEFINE(N, C, __half, "f16", o0, o1, o2, o3, o4, o5, o6)
-
-FA_WGMMA_DEFINE_TYPES(32, 16, 16, 17, 18, 19, 20, 21, 22)
-FA_WGMMA_DEFINE_TYPES(64, 32, 32, 33, 34, 35, 36, 37, 38)
-FA_WGMMA_DEFINE_TYPES(128, 64, 64, 65, 66, 67, 68, 69, 70)
-FA_WGMMA_DEFINE_TYPES(256, 128, 128, 129, 130, 131, 132, 133, 134)
-
-#undef FA_WGMMA_DEFINE_TYPES
-#undef FA_WGMMA_DEFINE
-#undef FA_WGMMA_OUT_128
-#undef FA_WGMMA_LIST_128
-#undef FA_WGMMA_OUT_64
-#undef FA_WGMMA_LIST_64
-#undef FA_WGMMA_OUT_32
-#undef FA_WGMMA_LIST_32
-#undef FA_WGMMA_OUT_16
-#undef FA_WGMMA_LIST_16
-#undef FA_WGMMA_ACC32
-#undef FA_WGMMA_ACC8
-#undef FA_WGMMA_TENS
-// clang-format on
+#include "cuda/sm90/wgmma_instructions.inc"
 
 template <int N, class T, bool kTransA, bool kTransB>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,

@@ -113,4 +113,45 @@ void expect_passes_without_lse(const Problem& p) {
   EXPECT_TRUE(result.passed()) << result.summary();
 }
 
+void expect_unused_keys_ignored(const Problem& p) {
+  SCOPED_TRACE(p.describe());
+  ASSERT_TRUE(p.varlen() && !p.seqused_k.empty()) << "needs a varlen problem with seqused_k";
+  Inputs inputs = fa_test::make_inputs(p);
+  Outputs exact = fa_test::make_outputs(p);
+  Outputs lowp = fa_test::make_outputs(p);
+  const flashattn::Status referenced =
+      fa_test::reference_runner(ReferencePrecision::kExact)
+          .forward(fa_test::forward_args(p, inputs, &exact));
+  const flashattn::Status referenced_lowp =
+      fa_test::reference_runner(ReferencePrecision::kLowPrecisionNaive)
+          .forward(fa_test::forward_args(p, inputs, &lowp));
+  ASSERT_TRUE(referenced.ok() && referenced_lowp.ok())
+      << referenced.message() << referenced_lowp.message();
+
+  // Rows [k_row0 + seqused_k, k_row0 + seqlen_k) of each sequence: NaN in K, +Inf and NaN in V.
+  const int64_t k_row = int64_t{p.nheads_k} * p.head_dim;
+  const int64_t v_row = int64_t{p.nheads_k} * p.dim_v();
+  int64_t poisoned = 0;
+  for (int b = 0; b < p.sequences(); ++b) {
+    for (int r = p.seqused_k[b]; r < p.seqlens_k[b]; ++r) {
+      const int64_t row = p.k_row0(b) + r;
+      for (int64_t i = 0; i < k_row; ++i) inputs.k.set(row * k_row + i, NAN);
+      for (int64_t i = 0; i < v_row; ++i) inputs.v.set(row * v_row + i, i % 2 ? INFINITY : NAN);
+      ++poisoned;
+    }
+  }
+  ASSERT_GT(poisoned, 0) << "no key past seqused_k to poison";
+  Outputs tested = fa_test::make_outputs(p);
+  fa_test::CheckResult result;
+  result.problem = p.describe() + " with NaN and Inf past seqused_k, on cuda";
+  result.status = cuda_runner().forward(fa_test::forward_args(p, inputs, &tested));
+  if (result.status.ok()) {
+    fa_test::compare(&result, "out", tested.out, exact.out, lowp.out,
+                     fa_test::tolerance_eps(p.dtype, exact.out, p.eps_scale));
+    fa_test::compare(&result, "lse", tested.lse, exact.lse, lowp.lse,
+                     fa_test::tolerance_eps(flashattn::DType::kF32, exact.lse, 64 * p.eps_scale));
+  }
+  EXPECT_TRUE(result.passed()) << result.summary();
+}
+
 }  // namespace fa_cuda_test

@@ -205,6 +205,38 @@ TEST_P(CudaForward, VarlenWithEmptySequencesAndSequsedK) {
   expect_passes_on_cuda(features);
 }
 
+// More tiles than a GPU has SMs, several key blocks per tile: the Hopper kernel's persistent
+// blocks take several tiles each and run their K/V rings across tiles (the tile order puts
+// the longest causal tiles first).
+TEST_P(CudaForward, ManyTilesPerBlock) {
+  const struct {
+    Shape shape;
+    bool causal;
+  } cases[] = {{{1, 140, 20, 130, 200, 64}, true},    // 140 tiles of 192 rows
+               {{1, 70, 10, 260, 150, 128}, false},   // 210 tiles of 128
+               {{1, 70, 10, 260, 300, 128}, true},
+               {{1, 36, 36, 300, 170, 256}, true}};   // 108 tiles, 3 key blocks of 80
+  for (const auto& c : cases) {
+    Problem p = problem(c.shape);
+    p.causal = c.causal;
+    expect_passes_on_cuda(p);
+  }
+  Problem packed = varlen(40, 8, 128, {300, 1, 129, 0, 250}, {310, 7, 500, 20, 0});
+  packed.causal = true;
+  expect_passes_on_cuda(packed);
+}
+
+// Keys past seqused_k hold NaN and Inf: whole key blocks are loaded, and a kernel that
+// multiplied their zero weights by V would make every row of the block NaN.
+TEST_P(CudaForward, UnusedKeysTakeNoPart) {
+  for (int d : {64, 128, 256}) {
+    Problem p = varlen(2, 1, d, {70, 150, 33}, {200, 180, 100});
+    p.seqused_k = {130, 181 - 50, 1};
+    p.causal = d == 128;
+    expect_unused_keys_ignored(p);
+  }
+}
+
 // q, k, v as slices of a packed qkv buffer and a padded out (Problem::strided), read in
 // place; d = 40 also goes through the padding path. The gaps of out keep their bytes.
 TEST_P(CudaForward, StridedViews) {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "cuda/prim/cp_async.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/tile_copy.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/tensor_map.hpp"
@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(kThreads) wgmma_product(const T* a, const T* b
   const uint32_t tile_a = aligned_smem_base();
   const uint32_t tile_b = tile_a + TileA::kBytes;
   const int tid = threadIdx.x;
-  flashattn::cuda::sm80::block::copy_tile_async<kM, K, kThreads>(tile_a, a, K, kM, tid);
-  flashattn::cuda::sm80::block::copy_tile_async<TileB::kRows, TileB::kCols, kThreads>(
+  flashattn::cuda::block::copy_tile_async<kM, K, kThreads>(tile_a, a, K, kM, tid);
+  flashattn::cuda::block::copy_tile_async<TileB::kRows, TileB::kCols, kThreads>(
       tile_b, b, TileB::kCols, TileB::kRows, tid);
   prim::thread::cp_async_commit();
   prim::thread::cp_async_wait<0>();

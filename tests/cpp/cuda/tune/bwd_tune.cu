@@ -20,7 +20,7 @@
 #include "core/params.hpp"
 #include "cuda/backward_workspace.hpp"
 #include "cuda/sm80/bwd_launch.cuh"
-#include "cuda/sm80/bwd_prepost.cuh"
+#include "cuda/common/bwd_prepost.cuh"
 #include "dense_problem.hpp"
 #include "median_time.hpp"
 
@@ -109,9 +109,9 @@ int main() {
           q.workspace = workspaces[i];
           q.deterministic = true;
           ws[i] = flashattn::cuda::bwd_workspace(q, 32);
-          const flashattn::cuda::sm80::RowMap rows{seqlen};
+          const flashattn::cuda::RowMap rows{seqlen};
           // The element-by-element form (one warp per row): only D's value matters here.
-          flashattn::cuda::sm80::bwd_preprocess<__nv_bfloat16, false><<<1024, 256>>>(q, rows, ws[i],
+          flashattn::cuda::bwd_preprocess<__nv_bfloat16, false><<<1024, 256>>>(q, rows, ws[i],
                                                                                    32);
         }
         for (const Variant& v : variants) {

@@ -16,10 +16,10 @@
 #include <cstdint>
 
 #include "cuda/prim/cp_async.cuh"
-#include "cuda/sm80/smem_tile.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/tile_copy.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 struct ContiguousKeys {
   static constexpr bool kPaged = false;
@@ -128,4 +128,4 @@ __device__ __forceinline__ void copy_paged_tile_async(uint32_t smem_base, const 
 }
 
 }  // namespace block
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

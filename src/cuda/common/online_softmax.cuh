@@ -1,6 +1,7 @@
 // thread:: the online softmax of the rows one thread holds in its mma accumulators: MT row
 // tiles of 16, of which the thread holds rows g and g + 8 (half 0 and 1), with the scores of
-// a key block in s[MT][NT][4] and the output in o[MT][DT][4] (layouts in prim/mma.cuh).
+// a key block in s[MT][NT][4] and the output in o[MT][DT][4] (layouts in prim/mma.cuh; a
+// warpgroup's wgmma accumulator is the same per warp with MT = 1, sm90/wgmma_fragments.cuh).
 //
 // Scores stay in "raw" units (q.k, or tanh(...) with softcap); `log2_unit` converts them to
 // the log2 domain, so p = exp2(s * log2_unit - max * log2_unit) is one FFMA and one ex2.
@@ -13,7 +14,7 @@
 
 #include "cuda/prim/math.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 template <int MT>
 struct RowSoftmax {
@@ -36,6 +37,18 @@ struct RowSoftmax {
   template <int NT, int DT>
   __device__ __forceinline__ void update(float (&s)[MT][NT][4], float (&o)[MT][DT][4],
                                          float log2_unit) {
+    float factor[MT][2];
+    fold_block(s, log2_unit, factor);
+    rescale(o, factor);
+  }
+
+  // update() in two halves, for a kernel whose O is still being accumulated by the tensor
+  // cores while it folds in the next block: fold_block updates the maxima and sums and turns
+  // the scores into weights, returning the factor each row of O must be scaled by, which
+  // rescale() applies once O is complete.
+  template <int NT>
+  __device__ __forceinline__ void fold_block(float (&s)[MT][NT][4], float log2_unit,
+                                             float (&factor)[MT][2]) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -48,15 +61,10 @@ struct RowSoftmax {
         block_max = prim::quad::max(block_max);
         const bool none = block_max == -CUDART_INF_F;
         const float shift = none ? 0.f : block_max * log2_unit;
-        const float factor =
+        factor[m][h] =
             none ? 0.f : prim::thread::exp2_approx((max[m][h] - block_max) * log2_unit);
         max[m][h] = block_max;
-        float row_sum = sum[m][h] * factor;
-#pragma unroll
-        for (int d = 0; d < DT; ++d) {
-          o[m][d][2 * h] *= factor;
-          o[m][d][2 * h + 1] *= factor;
-        }
+        float row_sum = sum[m][h] * factor[m][h];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -67,6 +75,22 @@ struct RowSoftmax {
           }
         }
         sum[m][h] = row_sum;
+      }
+    }
+  }
+
+  template <int DT>
+  static __device__ __forceinline__ void rescale(float (&o)[MT][DT][4],
+                                                 const float (&factor)[MT][2]) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          o[m][d][2 * h] *= factor[m][h];
+          o[m][d][2 * h + 1] *= factor[m][h];
+        }
       }
     }
   }
@@ -93,4 +117,4 @@ struct RowSoftmax {
   }
 };
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

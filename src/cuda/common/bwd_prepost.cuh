@@ -17,7 +17,7 @@
 #include "cuda/backward_workspace.hpp"
 #include "cuda/prim/math.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 struct RowMap {
   int seqlen;  // dense: rows per batch entry; 0: packed (varlen)
@@ -154,4 +154,4 @@ __global__ void bwd_convert_dq(const __grid_constant__ core::BackwardParams p, R
   }
 }
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

@@ -6,9 +6,9 @@
 #pragma once
 
 #include "cuda/prim/math.cuh"
-#include "cuda/sm80/score_transform.cuh"
+#include "cuda/common/score_transform.cuh"
 
-namespace flashattn::cuda::sm80::thread {
+namespace flashattn::cuda::thread {
 
 struct BwdElement {
   float p;   // P^T
@@ -17,7 +17,7 @@ struct BwdElement {
 
 // P^T alone, for a kernel that forms it before dP^T is ready; its dS^T is then p (dp - D),
 // valid only without softcap (whose dS^T needs the tanh derivative: bwd_element).
-__device__ __forceinline__ float bwd_probability(float raw, float lse2, const FwdScores& sc,
+__device__ __forceinline__ float bwd_probability(float raw, float lse2, const ScoreScales& sc,
                                                  float alibi_raw, int distance, bool visible) {
   if (alibi_raw != 0.f) raw -= alibi_raw * fabsf(static_cast<float>(distance));
   const float p = prim::thread::exp2_approx(fmaf(raw, sc.log2_unit, -lse2));
@@ -27,7 +27,7 @@ __device__ __forceinline__ float bwd_probability(float raw, float lse2, const Fw
 // `alibi_raw`: the slope in raw-score units (0: no ALiBi); `distance`: query + seqlen_k -
 // seqlen_q - key; `visible`: the key is inside the query's mask window.
 __device__ __forceinline__ BwdElement bwd_element(float raw, float dp, float lse2, float dsum,
-                                                  const FwdScores& sc, float alibi_raw,
+                                                  const ScoreScales& sc, float alibi_raw,
                                                   int distance, bool visible) {
   float dtanh = 1.f;
   if (sc.softcap_pre != 0.f) {
@@ -38,4 +38,4 @@ __device__ __forceinline__ BwdElement bwd_element(float raw, float dp, float lse
   return {p, p * (dp - dsum) * dtanh};
 }
 
-}  // namespace flashattn::cuda::sm80::thread
+}  // namespace flashattn::cuda::thread

@@ -1,7 +1,7 @@
 // What a backward main-kernel block (either backward kernel) knows of its sequence: its query
 // rows, all its key rows (dK/dV are written for each of them, zero past seqused_k), the keys it
 // attends, where its rows start in the operands, and which query blocks visit its key block.
-// The set is the forward's mask policy (FwdMask::blocks) with the backward's tile: a query
+// The set is the forward's mask policy (VisibilityMask::blocks) with the backward's tile: a query
 // block is visited iff the forward would visit this key block for it, and masked iff the
 // forward masks it.
 #pragma once
@@ -12,11 +12,11 @@
 
 #include "core/params.hpp"
 #include "cuda/backward_workspace.hpp"
-#include "cuda/bwd_block_order.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/bwd_block_order.cuh"
+#include "cuda/common/block_mask.cuh"
+#include "cuda/common/tile_copy.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 template <class T, int kBlockM, int kBlockN>
 struct BwdSequence {
@@ -28,7 +28,7 @@ struct BwdSequence {
   int64_t q_row0;            // first packed query row (the workspace's row index)
   int m_blocks;
   int m_blocks_max;  // of the longest sequence: the workspace's turn counters per head
-  FwdMask mask;
+  VisibilityMask mask;
   int turn_group_blocks;  // deterministic turn groups (bwd_block_order.cuh), 0 for none
   // The deterministic rotated order (bwd_block_order.cuh), if use_rotated_order took it: the
   // key blocks that visit each query block, and where this one starts.
@@ -56,7 +56,7 @@ struct BwdSequence {
     q_row0 = varlen ? q_start : static_cast<int64_t>(b) * p.seqlen_q;
     m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
     m_blocks_max = (p.seqlen_q + kBlockM - 1) / kBlockM;
-    mask = FwdMask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+    mask = VisibilityMask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   }
 
   // The key block has no key rows: the block has nothing to do.
@@ -163,4 +163,4 @@ struct BwdSequence {
   }
 };
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

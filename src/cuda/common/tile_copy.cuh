@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "cuda/prim/cp_async.cuh"
-#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/common/smem_tile.cuh"
 
-namespace flashattn::cuda::sm80::block {
+namespace flashattn::cuda::block {
 
 // The walk above, shared by every tile copy (this one, the KV kernel's row copy, the paged
 // forward's): thread `tid` owns chunk `chunk` of rows `row` + i * kRowsPerPass.
@@ -63,4 +63,4 @@ __device__ __forceinline__ void copy_tile_async(uint32_t smem_base, const T* gme
   }
 }
 
-}  // namespace flashattn::cuda::sm80::block
+}  // namespace flashattn::cuda::block

@@ -8,7 +8,7 @@
 
 #include "core/mask.hpp"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 // Key blocks [begin, end) are visited; [unmasked_begin, unmasked_end) need no mask;
 // begin <= unmasked_begin <= unmasked_end <= end.
@@ -19,7 +19,7 @@ struct KeyBlocks {
   int end;
 };
 
-struct FwdMask {
+struct VisibilityMask {
   int seqlen_q;
   int seqlen_k;
   int window_left;
@@ -64,4 +64,4 @@ struct FwdMask {
   }
 };
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

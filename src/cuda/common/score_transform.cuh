@@ -7,22 +7,22 @@
 
 #include "core/params.hpp"
 #include "cuda/prim/math.cuh"
-#include "cuda/sm80/fwd_mask.cuh"
+#include "cuda/common/block_mask.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 // Score conversions computed on the host once per call. A raw score is q.k, or with softcap
 // tanh(scale q.k / softcap); score = raw * unit, and raw * log2_unit is the score in log2 units.
-struct FwdScores {
+struct ScoreScales {
   float unit;
   float log2_unit;
   float softcap_pre;  // scale / softcap; 0 without softcap
 };
 
 // The conversions of a call (every kernel family's launcher passes them to its kernel).
-inline FwdScores fwd_scores(const core::AttentionParams& p) {
+inline ScoreScales score_scales(const core::AttentionParams& p) {
   constexpr float kLog2e = 1.4426950408889634f;
-  FwdScores sc;
+  ScoreScales sc;
   if (p.softcap > 0.f) {
     sc.unit = p.softcap;
     sc.log2_unit = p.softcap * kLog2e;
@@ -42,8 +42,8 @@ inline FwdScores fwd_scores(const core::AttentionParams& p) {
 // `Masked` is std::true_type on blocks the mask runs through, std::false_type elsewhere.
 template <class Masked, int MT, int NT, class RowQuery, class RowSlope>
 __device__ __forceinline__ void transform_scores(Masked, float (&s)[MT][NT][4],
-                                                 const FwdScores& sc, bool alibi,
-                                                 const FwdMask& mask, int col0,
+                                                 const ScoreScales& sc, bool alibi,
+                                                 const VisibilityMask& mask, int col0,
                                                  RowQuery row_query, RowSlope row_slope) {
   if (sc.softcap_pre != 0.f) {
 #pragma unroll
@@ -84,4 +84,4 @@ __device__ __forceinline__ void transform_scores(Masked, float (&s)[MT][NT][4],
   }
 }
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

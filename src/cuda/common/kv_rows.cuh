@@ -14,10 +14,10 @@
 
 #include "core/params.hpp"
 #include "cuda/prim/cp_async.cuh"
-#include "cuda/sm80/smem_tile.cuh"
-#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/tile_copy.cuh"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 struct KvRows {
   int b;
@@ -110,4 +110,4 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
 }
 
 }  // namespace block
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

@@ -25,7 +25,7 @@
 #include "core/params.hpp"
 #include "core/philox.hpp"
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 // The dropout parameters of one (batch entry, query head).
 struct DropoutHead {
@@ -192,4 +192,4 @@ __device__ __forceinline__ auto bwd_dropout_mask(const core::AttentionParams& p,
   }
 }
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-namespace flashattn::cuda::sm80 {
+namespace flashattn::cuda {
 
 template <int Rows, int D>
 struct SmemTile {
@@ -71,4 +71,4 @@ struct SmemTile {
   }
 };
 
-}  // namespace flashattn::cuda::sm80
+}  // namespace flashattn::cuda

@@ -1,0 +1,115 @@
+// The Hopper forward's epilogue: one MMA warpgroup's 64 rows of O, normalized, out of the
+// registers and into the caller's output, and their lse.
+//
+// O goes through shared memory (the V ring, once every MMA warpgroup is done with the tile's
+// last V) so that the global stores are whole 16-byte chunks of consecutive columns, row after
+// row, whatever the output's strides; rows past the sequence are not written. The ring goes
+// back to the producer (o_empty) once the warpgroup has read its rows out.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "core/sequence.hpp"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/prim/math.cuh"
+#include "cuda/prim/named_barrier.cuh"
+#include "cuda/sm90/fwd_mainloop.cuh"
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/fwd_scheduler.cuh"
+#include "cuda/sm90/fwd_shape.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class T, class Shape>
+struct FwdEpilogue {
+  static constexpr int kHeadDimV = Shape::kHeadDimV;
+  static constexpr int kChunksPerRow = kHeadDimV / 8;  // 16-byte chunks of an output row
+  using OTile = typename Shape::OTile;
+  using Storage = FwdStorage<Shape>;
+
+  const FwdSm90Params& params;
+  Storage& smem;
+  const int warpgroup;
+  const int thread;  // in the warpgroup
+
+  __device__ __forceinline__ T* out_rows(const FwdTileWork& w) const {
+    const core::Operand& out = params.p.out;
+    return static_cast<T*>(out.ptr) + core::element_offset(out, w.seq.batch, w.seq.q_row0, w.h) +
+           static_cast<int64_t>(w.m0 + 64 * warpgroup) * out.row_stride;
+  }
+
+  __device__ __forceinline__ void store_lse(const FwdTileWork& w, const float (&lse)[1][2]) const {
+    if (params.p.lse == nullptr || thread % 4 != 0) return;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 64 * warpgroup + thread / 32 * 16 + thread % 32 / 4 + 8 * half;
+      if (row < w.rows) params.p.lse[core::lse_offset(params.p, w.seq, w.h, w.m0 + row)] = lse[0][half];
+    }
+  }
+
+  // O (unnormalized) and its softmax statistics from the mainloop.
+  template <int R>
+  __device__ __forceinline__ void store(const FwdTileWork& w, float (&o)[R],
+                                        RowSoftmax<1>& softmax) const {
+    static_assert(R == kHeadDimV / 2, "O of the warpgroup's rows");
+    float lse[1][2];
+    softmax.finish(as_row_tiles(o), params.scores.unit, lse);
+
+    // Every MMA warpgroup is done with the tile's last V before O overwrites the ring.
+    prim::named_sync(kFwdMmaBarrier, Shape::kMmaThreads);
+    const uint32_t tile = prim::smem_addr(smem.o);
+    const int row0 = 64 * warpgroup + thread / 32 * 16 + thread % 32 / 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int j = 0; j < kHeadDimV / 8; ++j) {
+        const uint32_t packed = prim::thread::pack2<T>(o[4 * j + 2 * half], o[4 * j + 2 * half + 1]);
+        const uint32_t at = tile + OTile::byte_offset(row0 + 8 * half, 8 * j + 2 * (thread % 4));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+      }
+    }
+    prim::named_sync(kFwdWarpgroupBarrier + warpgroup, 128);
+
+    T* out = out_rows(w);
+    const int64_t row_stride = params.p.out.row_stride;
+    const int rows = w.rows - 64 * warpgroup;
+#pragma unroll
+    for (int i = thread; i < 64 * kChunksPerRow; i += 128) {
+      const int row = i / kChunksPerRow;
+      const int chunk = i % kChunksPerRow;
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(tile + OTile::byte_offset(64 * warpgroup + row, 8 * chunk))
+                   : "memory");
+      if (row < rows) *reinterpret_cast<uint4*>(out + row * row_stride + 8 * chunk) = v;
+    }
+    store_lse(w, lse);
+    // The reads above are done before the producer's TMA refills the ring.
+    warpgroup::fence_proxy_async_shared();
+    __syncwarp();
+    if (thread % 32 == 0) mbarrier::arrive(prim::smem_addr(&smem.bar.o_empty));
+  }
+
+  // A tile whose rows see no key: zero rows and lse = -inf, straight from registers.
+  __device__ __forceinline__ void store_empty(const FwdTileWork& w) const {
+    T* out = out_rows(w);
+    const int64_t row_stride = params.p.out.row_stride;
+    const int rows = w.rows - 64 * warpgroup;
+    for (int i = thread; i < 64 * kChunksPerRow; i += 128) {
+      const int row = i / kChunksPerRow;
+      if (row < rows) {
+        *reinterpret_cast<uint4*>(out + row * row_stride + 8 * (i % kChunksPerRow)) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    const float lse[1][2] = {{-CUDART_INF_F, -CUDART_INF_F}};
+    store_lse(w, lse);
+  }
+};
+
+}  // namespace flashattn::cuda::sm90

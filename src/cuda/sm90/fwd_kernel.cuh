@@ -1,0 +1,90 @@
+// The FlashAttention forward on Hopper (sm_90a): warp-specialized, TMA-fed, wgmma-computed,
+// persistent. Composed of
+//   fwd_scheduler.cuh  which tiles a block takes, and what each covers
+//   fwd_producer.cuh   warpgroup 0: the TMA loads of Q, K and V into the rings
+//   fwd_mainloop.cuh   warpgroups 1..: S = Q K^T, softmax, O += P V per key block
+//   fwd_epilogue.cuh   O and lse out
+// over the shared memory of fwd_shape.cuh. Dropout and the paged KV cache run on the sm80
+// kernel (forward.cu's plan).
+//
+// The body is compiled in the sm_90a device pass only; the dispatch runs this kernel only on a
+// device whose code for it came from that pass (DeviceLimits::sm90a).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/prim/math.cuh"
+#include "cuda/sm90/fwd_epilogue.cuh"
+#include "cuda/sm90/fwd_mainloop.cuh"
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/fwd_producer.cuh"
+#include "cuda/sm90/fwd_scheduler.cuh"
+#include "cuda/sm90/fwd_shape.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/registers.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class Shape>
+__device__ __forceinline__ void init_barriers(FwdStorage<Shape>& smem) {
+  auto init = [](uint64_t& bar, uint32_t count) { mbarrier::init(prim::smem_addr(&bar), count); };
+  init(smem.bar.q_full, 1);
+  init(smem.bar.q_empty, Shape::kMmaWarps);
+  init(smem.bar.o_empty, Shape::kMmaWarps);
+  for (int i = 0; i < Shape::kStages; ++i) {
+    init(smem.bar.k_full[i], 1);
+    init(smem.bar.v_full[i], 1);
+    init(smem.bar.k_empty[i], Shape::kMmaWarps);
+    init(smem.bar.v_empty[i], Shape::kMmaWarps);
+  }
+  mbarrier::fence_init();
+}
+
+// Each MMA warpgroup: its rows of every tile of the block.
+template <class T, class Shape>
+__device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
+                                                  FwdStorage<Shape>& smem, int warpgroup,
+                                                  int thread) {
+  const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{params.m_blocks,
+                                                                   params.tiles};
+  FwdMainloop<T, Shape> mainloop(params, smem, warpgroup, thread);
+  const FwdEpilogue<T, Shape> epilogue{params, smem, warpgroup, thread};
+  RingPosition<Shape::kStages> kv;
+  uint32_t tile_parity = 0;  // of the tiles with keys this block has computed so far
+  mainloop.start_turns();
+  for (int tile = scheduler.first(); scheduler.valid(tile); tile = scheduler.next(tile)) {
+    const FwdTileWork w = scheduler.work(params.p, tile);
+    if (!w.has_rows()) continue;
+    if (!w.has_keys()) {  // the producer skips it too
+      epilogue.store_empty(w);
+      continue;
+    }
+    mainloop.run(w, kv, tile_parity, 128 * warpgroup + thread);
+    epilogue.store(w, mainloop.o, mainloop.softmax);
+    tile_parity ^= 1;
+  }
+}
+
+template <class T, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdSm90Params params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  // The swizzled tiles need 1024-byte alignment, which dynamic shared memory does not promise.
+  const uint32_t raw = prim::smem_addr(smem_raw);
+  auto& smem = *reinterpret_cast<FwdStorage<Shape>*>(smem_raw + ((1024 - raw % 1024) % 1024));
+  if (threadIdx.x == 0) init_barriers(smem);
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (warpgroup == 0) {
+    warpgroup::lower_registers<Shape::kProducerRegisters>();
+    if (threadIdx.x == 0) FwdProducer<Shape>{params, smem}.run();
+  } else {
+    warpgroup::raise_registers<Shape::kMmaRegisters>();
+    run_mma_warpgroup<T, Shape>(params, smem, warpgroup - 1, static_cast<int>(threadIdx.x) % 128);
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

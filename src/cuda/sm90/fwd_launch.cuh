@@ -1,0 +1,89 @@
+// The launcher of the sm90 forward kernel: the TMA maps of q, k and v, the persistent grid,
+// shared memory. Included by the generated instantiation files.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/check.hpp"
+#include "cuda/common/score_transform.cuh"
+#include "cuda/device_limits.hpp"
+#include "cuda/sm90/fwd_kernel.cuh"
+#include "cuda/sm90/fwd_launch.hpp"
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/fwd_shape.cuh"
+#include "cuda/sm90/tensor_map.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+// The extent of a [batch][rows][heads][cols] operand as its map sees it: a varlen operand is
+// one batch entry of all its rows. Strides of dimensions of one entry are never used; they get
+// a valid value.
+inline OperandExtent operand_extent(const core::AttentionParams& p, const core::Operand& op,
+                                    int rows, int heads, int cols) {
+  const bool varlen = p.is_varlen();
+  OperandExtent e;
+  e.cols = static_cast<uint64_t>(cols);
+  e.rows = static_cast<uint64_t>(rows > 0 ? rows : 1);  // no rows: no tile loads any
+  e.heads = static_cast<uint64_t>(heads);
+  e.batch = varlen ? 1 : static_cast<uint64_t>(p.batch);
+  e.row_stride = op.row_stride;
+  e.head_stride = heads == 1 ? 8 : op.head_stride;
+  e.batch_stride = (varlen || p.batch == 1) ? 8 : op.batch_stride;
+  return e;
+}
+
+template <class T, int D, bool kDropout>
+Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
+  static_assert(!kDropout, "dropout runs on the sm80 forward");
+  using Shape = FwdShape<D, D>;
+  if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
+  int device = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  DeviceLimits limits;
+  const Status queried = device_limits(device, &limits);
+  if (!queried.ok()) return queried;
+
+  FwdSm90Params params{};
+  params.p = p;
+  params.scores = score_scales(p);
+  params.m_blocks = (p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM;
+  params.tiles = p.batch * p.nheads * params.m_blocks;
+  params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr;
+  const bool varlen = p.is_varlen();
+  const int q_rows = varlen ? p.total_q : p.seqlen_q;
+  const int k_rows = varlen ? p.total_k : p.seqlen_k;
+  struct {
+    CUtensorMap* map;
+    const core::Operand& op;
+    int rows, heads, cols, box_rows;
+    const char* name;
+  } maps[] = {{&params.q_map, p.q, q_rows, p.nheads, p.head_dim, Shape::kBlockM, "q"},
+              {&params.k_map, p.k, k_rows, p.nheads_k, p.head_dim, Shape::kBlockN, "k"},
+              {&params.v_map, p.v, k_rows, p.nheads_k, p.head_dim_v, Shape::kBlockN, "v"}};
+  for (const auto& m : maps) {
+    const std::string error = encode_operand_tensor_map(
+        m.map, m.op.ptr, operand_extent(p, m.op, m.rows, m.heads, m.cols), m.box_rows);
+    if (!error.empty()) {
+      return Status(StatusCode::kInternal,
+                    std::string("sm90 forward: the TMA map of ") + m.name + ": " + error);
+    }
+  }
+
+  auto kernel = &fwd_kernel<T, Shape>;
+  constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const int grid = params.tiles < limits.sms ? params.tiles : limits.sms;
+  kernel<<<grid, Shape::kThreads, kSmemBytes, stream>>>(params);
+  return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
+}
+
+template <class T, int D>
+int forward_smem_bytes() {
+  return fwd_sm90_storage_bytes<FwdShape<D, D>>();
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,52 @@
+// Host entry points of the sm90 (wgmma + TMA) forward kernel, one per (element type, head dim)
+// of kFwdSm90HeadDims; each is defined in a generated file of src/cuda/instantiations/
+// (scripts/codegen.py). Same contract as sm80/fwd_launch.hpp, with two more conditions the
+// plan checks: the device runs sm_90a code (DeviceLimits::sm90a), and forward_accepts().
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/params.hpp"
+#include "cuda/forward_plan.hpp"
+#include "cuda/forward_tuning.hpp"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+// The dispatch's view of the family (forward.cu): it needs sm_90a code, and its tile of
+// queries for head dim D is fwd_sm90_tile's.
+inline constexpr bool kFwdNeedsSm90a = true;
+inline constexpr FwdKernel kFwdKernel = FwdKernel::kSm90;
+template <int D>
+constexpr int forward_block_m() {
+  return fwd_sm90_tile(D, D).block_m;
+}
+
+// Whether the TMA loads can address q, k and v in place: positive strides wherever the
+// dimension has more than one entry (the caller has already made them 16-byte aligned), and a
+// tile count that fits an int.
+inline bool forward_accepts(const core::AttentionParams& p) {
+  const bool varlen = p.is_varlen();
+  auto positive = [&](const core::Operand& op, int heads) {
+    return op.row_stride > 0 && (heads == 1 || op.head_stride > 0) &&
+           (varlen || p.batch == 1 || op.batch_stride > 0);
+  };
+  const int64_t min_block_m = 128;
+  const int64_t tiles = static_cast<int64_t>(p.batch) * p.nheads *
+                        ((p.seqlen_q + min_block_m - 1) / min_block_m);
+  return positive(p.q, p.nheads) && positive(p.k, p.nheads_k) && positive(p.v, p.nheads_k) &&
+         tiles < (int64_t{1} << 31);
+}
+
+// kDropout must be false: dropout runs on the sm80 kernel.
+template <class T, int D, bool kDropout>
+Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
+
+template <class T, int D>
+int forward_smem_bytes();
+
+}  // namespace flashattn::cuda::sm90

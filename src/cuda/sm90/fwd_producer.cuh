@@ -1,0 +1,89 @@
+// The Hopper forward's producer: one thread that issues every TMA load of the block's tiles.
+//
+// Per tile with keys: K of the first key block (the last one in key order: the mainloop walks
+// the keys from the end), then Q once the MMA warpgroups are done with the previous tile's Q,
+// then, once the previous tile's epilogue has read O back out of the V ring, K and V of the
+// remaining blocks with V one block behind K, the order in which the mainloop consumes them
+// (it multiplies P V of the block before the one whose S = Q K^T it just issued). Each K and
+// V buffer of the ring is refilled once every MMA warp has released it.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/prim/math.cuh"
+#include "cuda/sm90/fwd_params.cuh"
+#include "cuda/sm90/fwd_scheduler.cuh"
+#include "cuda/sm90/fwd_shape.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/ring.cuh"
+#include "cuda/sm90/tma_load.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class Shape>
+struct FwdProducer {
+  using Storage = FwdStorage<Shape>;
+  using QTile = typename Shape::QTile;
+  using KTile = typename Shape::KTile;
+  using VTile = typename Shape::VTile;
+  using Ring = RingPosition<Shape::kStages>;
+
+  const FwdSm90Params& params;
+  Storage& smem;
+
+  __device__ __forceinline__ uint32_t addr(const void* p) const { return prim::smem_addr(p); }
+
+  __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Ring& at) const {
+    const uint32_t full = addr(&smem.bar.k_full[at.slot]);
+    mbarrier::wait(addr(&smem.bar.k_empty[at.slot]), at.empty_parity());
+    mbarrier::arrive_expect_tx(full, KTile::kBytes);
+    tma::load_operand_tile<KTile>(addr(smem.k[at.slot]), &params.k_map,
+                                  w.k_row0 + n * Shape::kBlockN, w.hk, w.batch, full,
+                                  tma::CacheHint::kEvictLast);
+  }
+
+  __device__ __forceinline__ void load_v(const FwdTileWork& w, int n, const Ring& at) const {
+    const uint32_t full = addr(&smem.bar.v_full[at.slot]);
+    mbarrier::wait(addr(&smem.bar.v_empty[at.slot]), at.empty_parity());
+    mbarrier::arrive_expect_tx(full, VTile::kBytes);
+    tma::load_operand_tile<VTile>(addr(smem.v[at.slot]), &params.v_map,
+                                  w.k_row0 + n * Shape::kBlockN, w.hk, w.batch, full,
+                                  tma::CacheHint::kEvictLast);
+  }
+
+  __device__ __forceinline__ void run() const {
+    tma::prefetch_map(&params.q_map);
+    tma::prefetch_map(&params.k_map);
+    tma::prefetch_map(&params.v_map);
+    const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{params.m_blocks,
+                                                                     params.tiles};
+    Ring kv;
+    uint32_t tile_parity = 0;  // of the tiles with keys this block has loaded so far
+    for (int tile = scheduler.first(); scheduler.valid(tile); tile = scheduler.next(tile)) {
+      const FwdTileWork w = scheduler.work(params.p, tile);
+      if (!w.has_rows() || !w.has_keys()) continue;  // the MMA warpgroups skip it alike
+      const int last = w.kb.end - 1;
+      load_k(w, last, kv);
+
+      const uint32_t q_full = addr(&smem.bar.q_full);
+      mbarrier::wait(addr(&smem.bar.q_empty), tile_parity ^ 1);
+      mbarrier::arrive_expect_tx(q_full, QTile::kBytes);
+      tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch, q_full,
+                                    tma::CacheHint::kEvictFirst);
+
+      mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
+      Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went
+      for (int n = last - 1; n >= w.kb.begin; --n) {
+        kv.advance();
+        load_k(w, n, kv);
+        load_v(w, n + 1, v_at);
+        v_at = kv;
+      }
+      load_v(w, w.kb.begin, v_at);
+      kv.advance();
+      tile_parity ^= 1;
+    }
+  }
+};
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,99 @@
+// Which forward kernel runs (forward.cu's choose_kernel, the one decision that forward() and
+// supported() take): on a device that runs this build's sm_90a code, the Hopper kernel for
+// every compiled Hopper head dim without dropout, padded head dims included, and the sm80
+// kernel for dropout, head dims up to 32 and layouts TMA cannot address; elsewhere, and with
+// FLASHATTN_DISABLE_SM90 set, always the sm80 kernel. The forward suites then check the results
+// of whichever runs (gpu-check runs them both ways on a Hopper GPU).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/params.hpp"
+#include "cuda/device_limits.hpp"
+#include "cuda/forward_plan.hpp"
+#include "cuda_test_support.hpp"
+
+namespace fa_cuda_test {
+namespace {
+
+using flashattn::cuda::FwdKernel;
+using flashattn::cuda::FwdPlan;
+
+// A contiguous dense bf16 problem of batch 2, 8 heads (2 KV heads), 1024 x 1024.
+flashattn::core::AttentionParams dense_params(int head_dim) {
+  flashattn::core::AttentionParams p;
+  p.dtype = flashattn::core::ElementType::kBF16;
+  p.batch = 2;
+  p.nheads = 8;
+  p.nheads_k = 2;
+  p.head_dim = p.head_dim_v = head_dim;
+  p.seqlen_q = p.seqlen_k = 1024;
+  p.total_q = p.batch * p.seqlen_q;
+  auto operand = [&](int heads, int seqlen) {
+    flashattn::core::Operand op;
+    op.ptr = reinterpret_cast<void*>(uintptr_t{1} << 20);  // aligned; never dereferenced
+    op.head_stride = head_dim;
+    op.row_stride = int64_t{heads} * head_dim;
+    op.batch_stride = op.row_stride * seqlen;
+    return op;
+  };
+  p.q = p.out = operand(p.nheads, p.seqlen_q);
+  p.k = p.v = operand(p.nheads_k, p.seqlen_k);
+  p.scale = 0.125f;
+  return p;
+}
+
+FwdPlan plan_of(const flashattn::core::AttentionParams& p) {
+  int device = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  FwdPlan plan;
+  const flashattn::Status s = flashattn::cuda::choose_kernel(p, device, &plan);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return plan;
+}
+
+class CudaForwardPlan : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    int device = 0;
+    ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+    flashattn::cuda::DeviceLimits limits;
+    ASSERT_TRUE(flashattn::cuda::device_limits(device, &limits).ok());
+    hopper_ = limits.sm90a;
+  }
+  // The Hopper kernel where the device runs it, else the sm80 one.
+  FwdKernel hopper_or_sm80() const { return hopper_ ? FwdKernel::kSm90 : FwdKernel::kSm80; }
+  bool hopper_ = false;
+};
+
+TEST_F(CudaForwardPlan, HopperKernelForItsHeadDims) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    const FwdPlan plan = plan_of(dense_params(d));
+    EXPECT_EQ(plan.kernel, hopper_or_sm80()) << "d = " << d;
+    EXPECT_FALSE(plan.padded) << "d = " << d;
+  }
+  // Padded up to a Hopper head dim (40 -> 64, 160 -> 192), fp16 too.
+  for (int d : {40, 160}) {
+    flashattn::core::AttentionParams p = dense_params(d);
+    p.dtype = flashattn::core::ElementType::kF16;
+    const FwdPlan plan = plan_of(p);
+    EXPECT_EQ(plan.kernel, hopper_or_sm80()) << "d = " << d;
+    EXPECT_TRUE(plan.padded) << "d = " << d;
+  }
+}
+
+TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
+  flashattn::core::AttentionParams dropout = dense_params(128);
+  dropout.dropout_p = 0.1f;
+  EXPECT_EQ(plan_of(dropout).kernel, FwdKernel::kSm80) << "dropout";
+  EXPECT_EQ(plan_of(dense_params(32)).kernel, FwdKernel::kSm80) << "d = 32";
+  flashattn::core::AttentionParams reversed = dense_params(128);
+  reversed.k.row_stride = -reversed.k.row_stride;  // a view walking k backwards
+  EXPECT_EQ(plan_of(reversed).kernel, FwdKernel::kSm80) << "negative k row stride";
+}
+
+}  // namespace
+}  // namespace fa_cuda_test
