@@ -82,9 +82,13 @@ inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
 // Shapes follow what makes FlashAttention-3 fast: the S accumulator (block_n / 2 registers),
 // the O accumulator (head_dim_v / 2) and P in registers must fit the MMA warpgroups' budget
 // (240 registers with two of them, 160 with three), and Q plus two stages of K and V must fit
-// 227 KiB of shared memory.
-constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v) {
+// 227 KiB of shared memory. `narrow`: the tile of calls whose later query blocks see more keys
+// (causal), where a narrower key block wastes less of the diagonal blocks, and of calls with
+// few keys (fwd_sm90_narrow_keys), where a tile's fixed costs weigh more; where it differs from
+// the other, both are compiled.
+constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false) {
   if (head_dim != head_dim_v) return {0, 0, 0};
+  if (narrow && (head_dim == 64 || head_dim == 128)) return {128, 128, 2};
   switch (head_dim) {
     case 64: return {192, 128, 2};
     case 96: return {128, 128, 2};
@@ -92,6 +96,16 @@ constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v) {
     case 192: return {128, 112, 2};
     case 256: return {128, 80, 2};
     default: return {0, 0, 0};
+  }
+}
+
+// Which calls run the narrow tile: `grows` (later query blocks see more keys) and seqlen_k.
+inline constexpr int kFwdSm90NarrowKeys = 2048;
+constexpr bool fwd_sm90_use_narrow(int head_dim, bool grows, int seqlen_k) {
+  switch (head_dim) {
+    case 64: return grows && seqlen_k <= kFwdSm90NarrowKeys;
+    case 128: return grows || seqlen_k <= kFwdSm90NarrowKeys;
+    default: return false;
   }
 }
 
@@ -109,17 +123,24 @@ constexpr int fwd_sm90_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
          (v_ring > o_stage ? v_ring : o_stage) + 1024 + 1024;
 }
 
+constexpr bool operator==(FwdSm90Tile a, FwdSm90Tile b) {
+  return a.block_m == b.block_m && a.block_n == b.block_n && a.stages == b.stages;
+}
+
 constexpr bool fwd_sm90_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {
   return (t.block_m == 128 || t.block_m == 192) && t.block_n % 16 == 0 && t.block_n >= 16 &&
          t.block_n <= 256 && t.stages >= 2 && head_dim % 32 == 0 && head_dim_v % 32 == 0 &&
          fwd_sm90_smem_bytes(head_dim, head_dim_v, t) <= 227 * 1024;
 }
 
-static_assert(fwd_sm90_tile_valid(64, 64, fwd_sm90_tile(64, 64)) &&
-                  fwd_sm90_tile_valid(96, 96, fwd_sm90_tile(96, 96)) &&
-                  fwd_sm90_tile_valid(128, 128, fwd_sm90_tile(128, 128)) &&
-                  fwd_sm90_tile_valid(192, 192, fwd_sm90_tile(192, 192)) &&
-                  fwd_sm90_tile_valid(256, 256, fwd_sm90_tile(256, 256)),
+constexpr bool fwd_sm90_table_entry_ok(int head_dim) {
+  return fwd_sm90_tile_valid(head_dim, head_dim, fwd_sm90_tile(head_dim, head_dim, false)) &&
+         fwd_sm90_tile_valid(head_dim, head_dim, fwd_sm90_tile(head_dim, head_dim, true));
+}
+
+static_assert(fwd_sm90_table_entry_ok(64) && fwd_sm90_table_entry_ok(96) &&
+                  fwd_sm90_table_entry_ok(128) && fwd_sm90_table_entry_ok(192) &&
+                  fwd_sm90_table_entry_ok(256),
               "a Hopper forward tile does not fit");
 
 }  // namespace flashattn::cuda

@@ -1,10 +1,12 @@
 // The Hopper forward's epilogue: one MMA warpgroup's 64 rows of O, normalized, out of the
 // registers and into the caller's output, and their lse.
 //
-// O goes through shared memory (the V ring, once every MMA warpgroup is done with the tile's
-// last V) so that the global stores are whole 16-byte chunks of consecutive columns, row after
-// row, whatever the output's strides; rows past the sequence are not written. The ring goes
-// back to the producer (o_empty) once the warpgroup has read its rows out.
+// O goes through shared memory (FwdStorage::o) so that the global stores are whole 16-byte
+// chunks of consecutive columns, row after row, whatever the output's strides; rows past the
+// sequence are not written. Each warpgroup stages its own rows, so where O has a buffer of its
+// own the warpgroups do not wait for each other; where it is staged in the V ring, they first
+// wait until every one is done with the tile's last V, and the ring goes back to the producer
+// (o_empty) once each has read its rows out.
 #pragma once
 
 #include <math_constants.h>
@@ -59,8 +61,13 @@ struct FwdEpilogue {
     float lse[1][2];
     softmax.finish(as_row_tiles(o), params.scores.unit, lse);
 
-    // Every MMA warpgroup is done with the tile's last V before O overwrites the ring.
-    prim::named_sync(kFwdMmaBarrier, Shape::kMmaThreads);
+    if constexpr (Storage::kOStagedInV) {
+      // Every MMA warpgroup is done with the tile's last V before O overwrites the ring.
+      prim::named_sync(kFwdMmaBarrier, Shape::kMmaThreads);
+    } else {
+      // Every thread of the warpgroup has read its rows of the previous tile's O.
+      prim::named_sync(kFwdWarpgroupBarrier + warpgroup, 128);
+    }
     const uint32_t tile = prim::smem_addr(smem.o);
     const int row0 = 64 * warpgroup + thread / 32 * 16 + thread % 32 / 4;
 #pragma unroll
@@ -89,10 +96,12 @@ struct FwdEpilogue {
       if (row < rows) *reinterpret_cast<uint4*>(out + row * row_stride + 8 * chunk) = v;
     }
     store_lse(w, lse);
-    // The reads above are done before the producer's TMA refills the ring.
-    warpgroup::fence_proxy_async_shared();
-    __syncwarp();
-    if (thread % 32 == 0) mbarrier::arrive(prim::smem_addr(&smem.bar.o_empty));
+    if constexpr (Storage::kOStagedInV) {
+      // The reads above are done before the producer's TMA refills the ring.
+      warpgroup::fence_proxy_async_shared();
+      __syncwarp();
+      if (thread % 32 == 0) mbarrier::arrive(prim::smem_addr(&smem.bar.o_empty));
+    }
   }
 
   // A tile whose rows see no key: zero rows and lse = -inf, straight from registers.

@@ -45,15 +45,15 @@ template <class T, class Shape>
 __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
                                                   FwdStorage<Shape>& smem, int warpgroup,
                                                   int thread) {
-  const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{params.m_blocks,
-                                                                   params.tiles};
+  const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{
+      params.m_blocks, params.tiles, params.paired_tiles};
   FwdMainloop<T, Shape> mainloop(params, smem, warpgroup, thread);
   const FwdEpilogue<T, Shape> epilogue{params, smem, warpgroup, thread};
   RingPosition<Shape::kStages> kv;
   uint32_t tile_parity = 0;  // of the tiles with keys this block has computed so far
   mainloop.start_turns();
-  for (int tile = scheduler.first(); scheduler.valid(tile); tile = scheduler.next(tile)) {
-    const FwdTileWork w = scheduler.work(params.p, tile);
+  for (FwdTileCursor c = scheduler.first(); scheduler.valid(c); scheduler.advance(c)) {
+    const FwdTileWork w = scheduler.work(params.p, c);
     if (!w.has_rows()) continue;
     if (!w.has_keys()) {  // the producer skips it too
       epilogue.store_empty(w);

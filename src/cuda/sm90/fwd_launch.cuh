@@ -9,7 +9,6 @@
 
 #include "cuda/check.hpp"
 #include "cuda/common/score_transform.cuh"
-#include "cuda/device_limits.hpp"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90/fwd_launch.hpp"
 #include "cuda/sm90/fwd_params.cuh"
@@ -35,22 +34,22 @@ inline OperandExtent operand_extent(const core::AttentionParams& p, const core::
   return e;
 }
 
-template <class T, int D, bool kDropout>
-Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
-  static_assert(!kDropout, "dropout runs on the sm80 forward");
-  using Shape = FwdShape<D, D>;
+// The kernel of `Shape` for `p` (head dims Shape's) on `stream`.
+template <class T, class Shape>
+Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
-  int device = 0;
+  int device = 0, sms = 0;
   FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  DeviceLimits limits;
-  const Status queried = device_limits(device, &limits);
-  if (!queried.ok()) return queried;
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
 
   FwdSm90Params params{};
   params.p = p;
   params.scores = score_scales(p);
   params.m_blocks = (p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM;
   params.tiles = p.batch * p.nheads * params.m_blocks;
+  // Pairs balance the blocks when each takes several tiles; with fewer tiles than SMs, one
+  // tile per block ends sooner than the pair of the longest and the shortest.
+  params.paired_tiles = fwd_tiles_grow(p) && params.tiles > sms;
   params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr;
   const bool varlen = p.is_varlen();
   const int q_rows = varlen ? p.total_q : p.seqlen_q;
@@ -76,14 +75,31 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
   constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const int grid = params.tiles < limits.sms ? params.tiles : limits.sms;
+  const int units = params.paired_tiles ? p.batch * p.nheads * ((params.m_blocks + 1) / 2)
+                                        : params.tiles;
+  const int grid = units < sms ? units : sms;
   kernel<<<grid, Shape::kThreads, kSmemBytes, stream>>>(params);
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
 
+// The table's tile for the call, or its narrow one (fwd_sm90_use_narrow).
+template <class T, int D, bool kDropout>
+Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
+  static_assert(!kDropout, "dropout runs on the sm80 forward");
+  using Narrow = FwdSm90TableTile<D, D, true>;
+  if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
+    if (fwd_sm90_use_narrow(D, fwd_tiles_grow(p), p.seqlen_k)) {
+      return launch_forward<T, FwdShape<D, D, Narrow>>(p, stream);
+    }
+  }
+  return launch_forward<T, FwdShape<D, D>>(p, stream);
+}
+
 template <class T, int D>
 int forward_smem_bytes() {
-  return fwd_sm90_storage_bytes<FwdShape<D, D>>();
+  const int narrow = fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>();
+  const int other = fwd_sm90_storage_bytes<FwdShape<D, D>>();
+  return narrow > other ? narrow : other;
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -17,13 +17,15 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The dispatch's view of the family (forward.cu): it needs sm_90a code, and its tile of
-// queries for head dim D is fwd_sm90_tile's.
+// The dispatch's view of the family (forward.cu): it needs sm_90a code, and the smaller of
+// its two tiles of queries for head dim D (fwd_sm90_tile).
 inline constexpr bool kFwdNeedsSm90a = true;
 inline constexpr FwdKernel kFwdKernel = FwdKernel::kSm90;
 template <int D>
 constexpr int forward_block_m() {
-  return fwd_sm90_tile(D, D).block_m;
+  const int narrow = fwd_sm90_tile(D, D, true).block_m;
+  const int other = fwd_sm90_tile(D, D, false).block_m;
+  return narrow < other ? narrow : other;
 }
 
 // Whether the TMA loads can address q, k and v in place: positive strides wherever the

@@ -18,6 +18,7 @@ struct FwdSm90Params {
   ScoreScales scores;
   int m_blocks;  // query blocks per (batch entry, head): ceil(seqlen_q / block_m)
   int tiles;     // batch * nheads * m_blocks
+  bool paired_tiles;  // the scheduler's units (fwd_scheduler.cuh)
   // Keys past a sequence's end are not zero-filled by TMA (varlen rows run into the next
   // sequence; seqused_k leaves rows in the tensor): V's rows there are zeroed in shared memory
   // so that a NaN or Inf stored there cannot reach the output through 0 * NaN.

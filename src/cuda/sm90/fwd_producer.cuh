@@ -2,10 +2,11 @@
 //
 // Per tile with keys: K of the first key block (the last one in key order: the mainloop walks
 // the keys from the end), then Q once the MMA warpgroups are done with the previous tile's Q,
-// then, once the previous tile's epilogue has read O back out of the V ring, K and V of the
-// remaining blocks with V one block behind K, the order in which the mainloop consumes them
-// (it multiplies P V of the block before the one whose S = Q K^T it just issued). Each K and
-// V buffer of the ring is refilled once every MMA warp has released it.
+// then K and V of the remaining blocks with V one block behind K, the order in which the
+// mainloop consumes them (it multiplies P V of the block before the one whose S = Q K^T it
+// just issued). Each K and V buffer of the ring is refilled once every MMA warp has released
+// it; where O is staged in the V ring, the tile's first V also waits for the previous tile's
+// epilogue to have read O back out, while its first two K blocks are loaded during it.
 #pragma once
 
 #include <cstdint>
@@ -55,12 +56,12 @@ struct FwdProducer {
     tma::prefetch_map(&params.q_map);
     tma::prefetch_map(&params.k_map);
     tma::prefetch_map(&params.v_map);
-    const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{params.m_blocks,
-                                                                     params.tiles};
+    const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{
+        params.m_blocks, params.tiles, params.paired_tiles};
     Ring kv;
     uint32_t tile_parity = 0;  // of the tiles with keys this block has loaded so far
-    for (int tile = scheduler.first(); scheduler.valid(tile); tile = scheduler.next(tile)) {
-      const FwdTileWork w = scheduler.work(params.p, tile);
+    for (FwdTileCursor c = scheduler.first(); scheduler.valid(c); scheduler.advance(c)) {
+      const FwdTileWork w = scheduler.work(params.p, c);
       if (!w.has_rows() || !w.has_keys()) continue;  // the MMA warpgroups skip it alike
       const int last = w.kb.end - 1;
       load_k(w, last, kv);
@@ -71,14 +72,22 @@ struct FwdProducer {
       tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch, q_full,
                                     tma::CacheHint::kEvictFirst);
 
-      mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
+      // V shares its ring with the previous tile's O staging (when Shape stages O there): the
+      // first V waits for that epilogue, the second K does not.
+      bool v_ring_free = !Storage::kOStagedInV;
+      auto wait_v_ring = [&] {
+        if (!v_ring_free) mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
+        v_ring_free = true;
+      };
       Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went
       for (int n = last - 1; n >= w.kb.begin; --n) {
         kv.advance();
         load_k(w, n, kv);
+        wait_v_ring();
         load_v(w, n + 1, v_at);
         v_at = kv;
       }
+      wait_v_ring();
       load_v(w, w.kb.begin, v_at);
       kv.advance();
       tile_parity ^= 1;

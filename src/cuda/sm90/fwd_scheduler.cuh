@@ -3,11 +3,13 @@
 // that both walk the same tiles and key blocks without talking to each other.
 //
 // A tile is one block of block_m query rows of one (batch entry, query head). The grid has at
-// most one block per SM; block i takes tiles i, i + grid, i + 2 grid, ... of the order
-// (batch entry, head, query block from the last to the first). Under a causal mask the last
-// query blocks are the longest, so each head's longest tiles start first and the short ones
-// fill the tail; and the blocks running at once work on the query blocks of few heads, whose
-// K and V stay in L2 for all of them.
+// most one block per SM, and block i takes the units i, i + grid, i + 2 grid, ... of an order
+// in which the tiles of a head are consecutive, so the blocks running at once share the K
+// and V of few heads, which stay in L2 (without it, short sequences re-read K and V from
+// memory for every query block). A unit is one tile, except when later query blocks see more
+// keys (a causal mask, or a right window without a left one): then it is the pair of query
+// blocks k and m_blocks - 1 - k of a head, the longest with the shortest, whose costs add up
+// to about the same for every pair, so the blocks stay balanced.
 #pragma once
 
 #include <cstdint>
@@ -34,27 +36,54 @@ struct FwdTileWork {
   __device__ __forceinline__ bool has_keys() const { return kb.end > kb.begin; }
 };
 
+// Where a block is in its list of tiles: its unit, and which tile of a pair.
+struct FwdTileCursor {
+  int unit;
+  bool second = false;
+};
+
 template <int BlockM, int BlockN>
 struct FwdTileScheduler {
   int m_blocks;
   int tiles;
+  bool paired;  // units are pairs of query blocks (see above)
 
-  __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
-  __device__ __forceinline__ int next(int tile) const {
-    return tile + static_cast<int>(gridDim.x);
+  __device__ __forceinline__ int units_per_head() const {
+    return paired ? (m_blocks + 1) / 2 : m_blocks;
   }
-  __device__ __forceinline__ bool valid(int tile) const { return tile < tiles; }
+  __device__ __forceinline__ FwdTileCursor first() const {
+    return {static_cast<int>(blockIdx.x), false};
+  }
+  __device__ __forceinline__ bool valid(const FwdTileCursor& c) const {
+    return c.unit < tiles / m_blocks * units_per_head();
+  }
+  // The query block of the cursor's tile (from the last to the first within a head).
+  __device__ __forceinline__ int m_block(const FwdTileCursor& c) const {
+    const int k = c.unit % units_per_head();
+    if (!paired) return m_blocks - 1 - k;
+    return c.second ? k : m_blocks - 1 - k;
+  }
+  __device__ __forceinline__ void advance(FwdTileCursor& c) const {
+    if (paired && !c.second) {
+      const int k = c.unit % units_per_head();
+      if (k < m_blocks - 1 - k) {
+        c.second = true;
+        return;
+      }
+    }
+    c.unit += static_cast<int>(gridDim.x);
+    c.second = false;
+  }
 
-  __device__ __forceinline__ FwdTileWork work(const core::AttentionParams& p, int tile) const {
+  __device__ __forceinline__ FwdTileWork work(const core::AttentionParams& p,
+                                              const FwdTileCursor& c) const {
     FwdTileWork w;
-    const int per_batch = p.nheads * m_blocks;
-    w.b = tile / per_batch;
-    const int in_batch = tile - w.b * per_batch;
-    w.h = in_batch / m_blocks;
-    const int m_block = m_blocks - 1 - (in_batch - w.h * m_blocks);
+    const int batch_head = c.unit / units_per_head();
+    w.b = batch_head / p.nheads;
+    w.h = batch_head - w.b * p.nheads;
     w.hk = w.h / (p.nheads / p.nheads_k);
     w.seq = core::sequence_rows(p, w.b);
-    w.m0 = m_block * BlockM;
+    w.m0 = m_block(c) * BlockM;
     w.rows = w.seq.seqlen_q - w.m0 < BlockM ? w.seq.seqlen_q - w.m0 : BlockM;
     const VisibilityMask mask{w.seq.seqlen_q, w.seq.seqlen_k, p.window_left, p.window_right};
     w.kb = w.has_rows() ? mask.blocks(w.m0, w.rows, BlockN) : KeyBlocks{0, 0, 0, 0};
@@ -64,5 +93,10 @@ struct FwdTileScheduler {
     return w;
   }
 };
+
+// Whether later query blocks see more keys than earlier ones.
+inline bool fwd_tiles_grow(const core::AttentionParams& p) {
+  return p.window_right >= 0 && p.window_left < 0;
+}
 
 }  // namespace flashattn::cuda::sm90

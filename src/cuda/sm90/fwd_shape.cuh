@@ -1,6 +1,6 @@
-// The compile-time shape of the Hopper forward for head dims (D, DV): its tile (the tuning
-// table's fwd_sm90_tile), the warpgroups and their register budgets, the operand tiles in
-// shared memory, and that shared memory as a struct (FwdStorage).
+// The compile-time shape of the Hopper forward for head dims (D, DV) and a tile (TileT::value,
+// a FwdSm90Tile: the tuning table's, or a tuner's): the warpgroups and their register budgets,
+// the operand tiles in shared memory, and that shared memory as a struct (FwdStorage).
 //
 // Warpgroups: warpgroup 0 is the producer (one thread issues every TMA load, the others exit
 // after giving their registers away), warpgroups 1 .. kMmaWarpgroups each own 64 query rows of
@@ -15,9 +15,25 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int D, int DV>
+// The table's tile for (D, DV), or its narrow one (forward_tuning.hpp).
+template <int D, int DV, bool kNarrow = false>
+struct FwdSm90TableTile {
+  static constexpr FwdSm90Tile value = fwd_sm90_tile(D, DV, kNarrow);
+};
+
+// mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,
+// "empty" when every MMA warp (one arrival each) is done with the buffer. o_empty is used only
+// where O is staged in the V ring.
+template <int Stages>
+struct alignas(8) FwdBarriers {
+  uint64_t q_full, q_empty, o_empty;
+  uint64_t k_full[Stages], k_empty[Stages];
+  uint64_t v_full[Stages], v_empty[Stages];
+};
+
+template <int D, int DV, class TileT = FwdSm90TableTile<D, DV>>
 struct FwdShape {
-  static constexpr FwdSm90Tile kTile = fwd_sm90_tile(D, DV);
+  static constexpr FwdSm90Tile kTile = TileT::value;
   static_assert(fwd_sm90_tile_valid(D, DV, kTile), "invalid Hopper forward tile");
   static constexpr int kHeadDim = D;
   static constexpr int kHeadDimV = DV;
@@ -44,24 +60,40 @@ struct FwdShape {
   using OTile = Swizzle128Tile<kBlockM, kVCols>;  // the epilogue's staging of O
 };
 
-// Shared memory. O is staged in the V ring: the epilogue writes it once every MMA warpgroup is
-// done with the tile's last V, and the producer loads the next tile's first V only after the
-// epilogue has read it back (o_empty).
+// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O has its own
+// buffer where shared memory allows; otherwise it shares the V ring: the epilogue writes it
+// once every MMA warpgroup is done with the tile's last V, and the producer loads the next
+// tile's first V only after the epilogue has read it back (o_empty).
 template <class Shape>
-struct FwdStorage {
+constexpr bool fwd_sm90_o_fits_apart() {
+  return Shape::QTile::kBytes + Shape::kStages * (Shape::KTile::kBytes + Shape::VTile::kBytes) +
+             Shape::OTile::kBytes + 2048 <=
+         227 * 1024;
+}
+
+template <class Shape, bool kOApart = fwd_sm90_o_fits_apart<Shape>()>
+struct FwdStorage;
+
+template <class Shape>
+struct FwdStorage<Shape, true> {
+  static constexpr bool kOStagedInV = false;
+  alignas(1024) uint8_t q[Shape::QTile::kBytes];
+  alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
+  alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
+  alignas(1024) uint8_t o[Shape::OTile::kBytes];
+  FwdBarriers<Shape::kStages> bar;
+};
+
+template <class Shape>
+struct FwdStorage<Shape, false> {
+  static constexpr bool kOStagedInV = true;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
   union alignas(1024) {
     uint8_t v[Shape::kStages][Shape::VTile::kBytes];
     uint8_t o[Shape::OTile::kBytes];
   };
-  // mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,
-  // "empty" when every MMA warp (one arrival each) is done with the buffer.
-  struct alignas(8) Barriers {
-    uint64_t q_full, q_empty, o_empty;
-    uint64_t k_full[Shape::kStages], k_empty[Shape::kStages];
-    uint64_t v_full[Shape::kStages], v_empty[Shape::kStages];
-  } bar;
+  FwdBarriers<Shape::kStages> bar;
 };
 
 // Bytes of dynamic shared memory a block asks for: the storage and the slack to align it.

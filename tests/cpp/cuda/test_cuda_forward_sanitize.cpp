@@ -1,5 +1,5 @@
 // Small CUDA forward problems, one per kernel path, that scripts/gpu-check also runs under
-// compute-sanitizer (memcheck, racecheck) by the name CudaForwardSanitize.*: keep them
+// compute-sanitizer (memcheck, racecheck, synccheck) by the name CudaForwardSanitize.*: keep them
 // small, the sanitizer slows the kernels down by orders of magnitude.
 #include <cstdint>
 
@@ -30,6 +30,24 @@ TEST_F(CudaForwardSanitize, SmallProblems) {
   windowed_varlen.causal = true;
   windowed_varlen.window_left = 10;
   for (const Problem& p : {causal, more_keys, fewer_keys, padded, strided, windowed_varlen}) {
+    expect_passes(fa_test::check_forward(p, cuda_runner()));
+  }
+}
+
+// The Hopper kernel's paths (on other GPUs these run the sm80 kernel): blocks taking several
+// tiles (more tiles than SMs), the paired causal order, the wide and narrow tiles, O staged in
+// the V ring (d = 256), V rows past seqused_k zeroed.
+TEST_F(CudaForwardSanitize, HopperPaths) {
+  Problem many_tiles = dense_problem(DType::kBF16, {1, 140, 20, 10, 300, 64}, 11);
+  Problem paired = dense_problem(DType::kF16, {1, 70, 10, 300, 300, 128}, 12);
+  paired.causal = true;
+  Problem wide = dense_problem(DType::kBF16, {1, 2, 1, 40, 2100, 128}, 13);
+  Problem staged_in_v = dense_problem(DType::kBF16, {1, 140, 4, 5, 90, 256}, 14);
+  Problem unused_keys = dense_problem(DType::kF16, {0, 2, 1, 0, 0, 128}, 15);
+  unused_keys.seqlens_q = {30, 70};
+  unused_keys.seqlens_k = {100, 200};
+  unused_keys.seqused_k = {60, 130};
+  for (const Problem& p : {many_tiles, paired, wide, staged_in_v, unused_keys}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }

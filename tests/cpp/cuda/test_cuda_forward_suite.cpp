@@ -226,6 +226,20 @@ TEST_P(CudaForward, ManyTilesPerBlock) {
   expect_passes_on_cuda(packed);
 }
 
+// More than 2048 keys: the Hopper kernel's wide tiles (forward_tuning.hpp's fwd_sm90_tile; the
+// narrow ones run shorter or causal calls).
+TEST_P(CudaForward, LongKeys) {
+  Problem wide = problem({1, 4, 2, 257, 2200, 128});
+  expect_passes_on_cuda(wide);
+  Problem causal = problem({1, 2, 2, 200, 2100, 64});
+  causal.causal = true;
+  expect_passes_on_cuda(causal);
+  Problem packed = varlen(2, 1, 128, {130, 20}, {2100, 2050});
+  packed.seqused_k = {2100, 2049};
+  expect_passes_on_cuda(packed);
+  expect_unused_keys_ignored(packed);
+}
+
 // Keys past seqused_k hold NaN and Inf: whole key blocks are loaded, and a kernel that
 // multiplied their zero weights by V would make every row of the block NaN.
 TEST_P(CudaForward, UnusedKeysTakeNoPart) {
