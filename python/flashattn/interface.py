@@ -58,10 +58,10 @@ def _attention(q, k, v, varlen, options, deterministic, return_attn_probs):
     return out, lse, frontend.no_probs(q)
 
 
-def _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+def _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None):
     indices = _frontend(q).adapter.indices
     return Varlen(indices(cu_seqlens_q, "cu_seqlens_q"), indices(cu_seqlens_k, "cu_seqlens_k"),
-                  int(max_seqlen_q), int(max_seqlen_k))
+                  int(max_seqlen_q), int(max_seqlen_k), indices(seqused_k, "seqused_k"))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -94,17 +94,21 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None):
+                           return_attn_probs=False, block_table=None, seqused_k=None):
     """Packed sequences: q [total_q, nheads, d], k/v [total_k, nheads_k, d], int32
     cu_seqlens [batch + 1] -> out [total_q, nheads, d]; lse is [nheads, total_q]. With
     block_table [batch, max_pages], k/v are a paged cache [num_pages, page_size,
-    nheads_k, d] holding cu_seqlens_k's keys."""
+    nheads_k, d] holding cu_seqlens_k's keys. seqused_k [batch] (FlashAttention-3's
+    argument, not 2.8's): sequence b attends to only its first seqused_k[b] keys."""
     if block_table is not None:
         frontend = _frontend(q)
         k = _paged.gather(frontend, k, block_table, cu_seqlens_k)
         v = _paged.gather(frontend, v, block_table, cu_seqlens_k)
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p)
-    varlen = _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if seqused_k is not None and return_attn_probs and dropout_p > 0:
+        raise invalid_argument("seqused_k", "None when return_attn_probs materializes the "
+                               "probabilities of a dropout run", "a tensor")
+    varlen = _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
     return _attention(q, k, v, varlen, options, deterministic, return_attn_probs)
 
 

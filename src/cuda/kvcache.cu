@@ -1,7 +1,7 @@
 // The CUDA KV-cache call: the plan (shared by check_kvcache, the workspace query and the run,
 // so they never disagree), then on the caller's stream: append (+ rotary) into the cache, the
-// staged query when needed, the attention kernel over the updated cache, and the split-KV
-// combine.
+// padded copies when the kernels cannot read the call in place (kvcache_pad.hpp), the staged
+// query when needed, the attention kernel over the updated cache, and the split-KV combine.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "cuda/device_limits.hpp"
 #include "cuda/forward_plan.hpp"
 #include "cuda/forward_tuning.hpp"
+#include "cuda/kvcache_pad.hpp"
 #include "cuda/kvcache_prep.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/operand_traits.hpp"
@@ -32,6 +33,10 @@ constexpr uint64_t kAlign = 256;
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 struct KvPlan {
+  // The call runs on zero-padded copies of q, the caches and out (kvcache_pad.hpp), placed
+  // at the workspace's first 256-byte boundary; the buffers below follow them.
+  bool padded = false;
+  uint64_t padded_bytes = 0;  // the copies and the alignment slack
   int head_dim = 0;  // compiled head dim
   bool decode = false;
   // A cache read from row b (contiguous) or through block_table (paged) with no leftpad is,
@@ -47,7 +52,7 @@ struct KvPlan {
   uint64_t used_keys_bytes = 0;  // int32 [batch] seqused_k of the forward kernel
 
   uint64_t workspace_bytes() const {
-    return q_bytes + partial_out_bytes + partial_lse_bytes + used_keys_bytes;
+    return padded_bytes + q_bytes + partial_out_bytes + partial_lse_bytes + used_keys_bytes;
   }
 };
 
@@ -103,11 +108,6 @@ core::Operand staged_q(const core::KVCacheParams& p, void* workspace) {
   q.row_stride = static_cast<int64_t>(p.nheads) * p.head_dim;
   q.batch_stride = q.row_stride * p.seqlen_q;
   return q;
-}
-
-bool cache_aligned(const core::Operand& cache) {
-  return reinterpret_cast<uintptr_t>(cache.ptr) % 16 == 0 && cache.row_stride % 8 == 0 &&
-         cache.head_stride % 8 == 0 && cache.batch_stride % 8 == 0;
 }
 
 // The paged forward kernel addresses a row with 32-bit strides (fwd_keys.cuh): the page
@@ -179,8 +179,8 @@ int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile,
                                                                     kMaxKvSplits})));
 }
 
-Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
-  *plan = KvPlan{};
+// What no plan serves, padded or not.
+Status check_servable(const core::KVCacheParams& p) {
   if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
     return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
   }
@@ -188,9 +188,8 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
     return unsupported("v_cache: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
                        ", got " + std::to_string(p.head_dim_v));
   }
-  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) {
-    return unsupported("q: expected a head dim that is a multiple of 8 in [8, 256], got " +
-                       std::to_string(p.head_dim));
+  if (p.head_dim < 1 || p.head_dim > 256) {
+    return unsupported("q: expected a head dim in [1, 256], got " + std::to_string(p.head_dim));
   }
   if (p.has_dropout()) {
     return unsupported("dropout_p: expected 0 with a KV cache, got " + std::to_string(p.dropout_p));
@@ -199,10 +198,12 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
     return unsupported("q: expected batch and nheads_k <= 65535, got batch=" +
                        std::to_string(p.batch) + " nheads_k=" + std::to_string(p.nheads_k));
   }
-  if (!cache_aligned(p.k) || !cache_aligned(p.v)) {
-    return unsupported("k_cache/v_cache: expected 16-byte aligned data with strides that are "
-                       "multiples of 8 elements (the cache is read in place)");
-  }
+  return Status::Ok();
+}
+
+// The kernels for a call they can read in place (d % 8 == 0, aligned caches): fills the
+// plan's kernel fields and buffers, leaving its padding fields as they are.
+Status choose_kernels(const core::KVCacheParams& p, int device, KvPlan* plan) {
   plan->head_dim = kv_kernel_head_dim(p.head_dim);
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
   plan->decode = packed_rows <= kKvDecodeMaxRows;
@@ -230,10 +231,56 @@ Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
   return Status::Ok();
 }
 
+Status choose_plan(const core::KVCacheParams& p, int device, KvPlan* plan) {
+  *plan = KvPlan{};
+  const Status servable = check_servable(p);
+  if (!servable.ok()) return servable;
+  if (!kvcache_needs_padding(p)) return choose_kernels(p, device, plan);
+  plan->padded = true;
+  plan->padded_bytes = kAlign + kvcache_padded_bytes(p);
+  return choose_kernels(kvcache_padded_params(p, nullptr), device, plan);
+}
+
 Status current_plan(const core::KVCacheParams& p, KvPlan* plan) {
   int device = 0;
   FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   return choose_plan(p, device, plan);
+}
+
+// The attention over the cache after the append, on `params` as planned: the staged query,
+// the forward kernel or the KV-cache kernel, and the split-KV combine. `workspace` holds the
+// plan's buffers (staged q, key counts or partials): the caller's workspace, or on the
+// padding path the part of it past the copies.
+Status attend(const core::KVCacheParams& params, const KvPlan& plan, unsigned char* workspace,
+              cudaStream_t stream) {
+  core::KVCacheParams p = params;
+  if (plan.stage_q) {
+    const Status staged = launch_stage_q(params, workspace, stream);
+    if (!staged.ok()) return staged;
+    p.q = staged_q(p, workspace);
+    p.rotary_cos = p.rotary_sin = nullptr;
+  }
+  if (plan.forward_kernel) {
+    int32_t* used_keys = reinterpret_cast<int32_t*>(workspace + plan.q_bytes);
+    const Status counted = launch_used_keys(p, used_keys, stream);
+    if (!counted.ok()) return counted;
+    core::KVCacheParams as_forward = p;
+    as_forward.seqused_k = used_keys;
+    if (p.is_paged()) return run_paged_forward(as_forward, stream);
+    return forward(as_forward, nullptr, stream);
+  }
+  sm80::KvLaunch launch;
+  launch.decode = plan.decode;
+  launch.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    launch.partial_out = reinterpret_cast<float*>(workspace + plan.q_bytes);
+    launch.partial_lse =
+        reinterpret_cast<float*>(workspace + plan.q_bytes + plan.partial_out_bytes);
+  }
+  const Status ran = run_kernel(p, plan.head_dim, launch, stream);
+  if (!ran.ok() || plan.num_splits == 1) return ran;
+  return launch_combine(p, plan.num_splits, launch.partial_out, launch.partial_lse,
+                        plan.dependent_combine, stream);
 }
 
 }  // namespace
@@ -265,39 +312,21 @@ Status forward_kvcache(const core::KVCacheParams& params, void* stream_ptr) {
                       std::to_string(params.workspace == nullptr ? 0 : params.workspace_bytes));
   }
   if (params.batch == 0) return Status::Ok();
+  // Into the caller's cache, whatever the path: the append kernel writes element by element.
   const Status appended = launch_append(params, stream);
   if (!appended.ok()) return appended;
   if (params.seqlen_q == 0 || params.nheads == 0) return Status::Ok();
 
   unsigned char* workspace = static_cast<unsigned char*>(params.workspace);
-  core::KVCacheParams p = params;
-  if (plan.stage_q) {
-    const Status staged = launch_stage_q(params, workspace, stream);
-    if (!staged.ok()) return staged;
-    p.q = staged_q(p, workspace);
-    p.rotary_cos = p.rotary_sin = nullptr;
-  }
-  if (plan.forward_kernel) {
-    int32_t* used_keys = reinterpret_cast<int32_t*>(workspace + plan.q_bytes);
-    const Status counted = launch_used_keys(p, used_keys, stream);
-    if (!counted.ok()) return counted;
-    core::KVCacheParams as_forward = p;
-    as_forward.seqused_k = used_keys;
-    if (p.is_paged()) return run_paged_forward(as_forward, stream);
-    return forward(as_forward, nullptr, stream);
-  }
-  sm80::KvLaunch launch;
-  launch.decode = plan.decode;
-  launch.num_splits = plan.num_splits;
-  if (plan.num_splits > 1) {
-    launch.partial_out = reinterpret_cast<float*>(workspace + plan.q_bytes);
-    launch.partial_lse =
-        reinterpret_cast<float*>(workspace + plan.q_bytes + plan.partial_out_bytes);
-  }
-  const Status ran = run_kernel(p, plan.head_dim, launch, stream);
-  if (!ran.ok() || plan.num_splits == 1) return ran;
-  return launch_combine(p, plan.num_splits, launch.partial_out, launch.partial_lse,
-                        plan.dependent_combine, stream);
+  if (!plan.padded) return attend(params, plan, workspace, stream);
+  const uintptr_t misalignment = reinterpret_cast<uintptr_t>(workspace) % kAlign;
+  unsigned char* copies = workspace + (kAlign - misalignment) % kAlign;
+  const core::KVCacheParams padded = kvcache_padded_params(params, copies);
+  const Status copied = pad_kvcache_inputs(params, padded, stream);
+  if (!copied.ok()) return copied;
+  const Status ran = attend(padded, plan, copies + kvcache_padded_bytes(params), stream);
+  if (!ran.ok()) return ran;
+  return unpad_kvcache_output(params, padded, stream);
 }
 
 }  // namespace flashattn::cuda

@@ -8,6 +8,7 @@
 #include "core/sequence.hpp"
 #include "core/softmax_state.hpp"
 #include "cuda/check.hpp"
+#include "cuda/kvcache_address.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -47,17 +48,8 @@ __global__ void append_kernel(const __grid_constant__ core::KVCacheParams p) {
   const int t = blockIdx.x % p.seqlen_new;
   const int hk = blockIdx.y;
   const int position = p.cache_seqlens[b] + t;
-  int64_t k_dst, v_dst;
-  if (p.block_table != nullptr) {
-    const int64_t page = p.block_table[b * p.block_table_batch_stride + position / p.page_size];
-    const int in_page = position % p.page_size;
-    k_dst = page * p.k.batch_stride + in_page * p.k.row_stride + hk * p.k.head_stride;
-    v_dst = page * p.v.batch_stride + in_page * p.v.row_stride + hk * p.v.head_stride;
-  } else {
-    const int64_t row = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
-    k_dst = core::element_offset(p.k, row, position, hk);
-    v_dst = core::element_offset(p.v, row, position, hk);
-  }
+  const int64_t k_dst = cache_position_offset(p, p.k, b, position, hk);
+  const int64_t v_dst = cache_position_offset(p, p.v, b, position, hk);
   const T* k_src = static_cast<const T*>(p.k_new.ptr) + core::element_offset(p.k_new, b, t, hk);
   const T* v_src = static_cast<const T*>(p.v_new.ptr) + core::element_offset(p.v_new, b, t, hk);
   T* k_cache = static_cast<T*>(p.k.ptr) + k_dst;

@@ -1,5 +1,7 @@
 """flashattn.hf: tiny randomly initialized Transformers models give the logits of the
 eager implementation with padded batches, packed sequences, sliding windows, softcap."""
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,10 +13,15 @@ NAME = flashattn.hf.register()
 
 
 def _pair(config):
-    """The same weights under fa2cpp and under eager attention."""
+    """The same weights under fa2cpp and under eager attention, each model from its own copy
+    of the config: Transformers sets the implementation on the config object a model was
+    built from, so a shared one would switch the first model to eager too."""
     torch.manual_seed(0)
-    ours = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=NAME)
-    eager = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                         attn_implementation=NAME)
+    eager = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                          attn_implementation="eager")
+    assert ours.config._attn_implementation == NAME
     eager.load_state_dict(ours.state_dict())
     return ours.eval(), eager.eval()
 

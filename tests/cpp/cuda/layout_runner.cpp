@@ -81,6 +81,18 @@ fa_test::Runner with_layout(fa_test::Runner inner, Layout layout) {
     copy_elements(out.view(), host_args.out);
     return status;
   };
+  runner.forward_kvcache = [forward_kvcache = inner.forward_kvcache,
+                            layout](const flashattn::KVCacheArgs& host_args) {
+    HostTensor k_cache = relaid(host_args.k_cache, layout);
+    HostTensor v_cache = relaid(host_args.v_cache, layout);
+    flashattn::KVCacheArgs args = host_args;
+    args.k_cache = k_cache.view();
+    args.v_cache = v_cache.view();
+    const flashattn::Status status = forward_kvcache(args);
+    copy_elements(k_cache.view(), host_args.k_cache);
+    copy_elements(v_cache.view(), host_args.v_cache);
+    return status;
+  };
   return runner;
 }
 

@@ -1,8 +1,9 @@
-// A Runner decorator that hands the wrapped runner q, k, v and out in another memory
-// layout, holding the same values, and copies out back: the shared problems only know
+// A Runner decorator that hands the wrapped runner tensors in another memory layout, holding
+// the same values, and copies what the call writes back: the shared problems only know
 // contiguous and padded-heads layouts, and the CUDA kernels treat these others specially
-// (head-major strides, and the padded workspace path for misaligned views).
-// Only forward is relaid out; backward and forward_kvcache go to the wrapped runner as is.
+// (head-major strides, and the padded workspace paths for misaligned views). forward gets
+// q, k, v and out relaid (out copied back); forward_kvcache the caches, copied back after
+// the call's append. backward goes to the wrapped runner as is.
 #pragma once
 
 #include "support/backend_runner.hpp"

@@ -3,6 +3,7 @@
 // the updated caches under FA2's rule), in fp16 and bf16: decode and prefill tiles, append,
 // causal and windows relative to the updated cache, every page size class, rotary both
 // pairings, cache_batch_idx, leftpad, ALiBi, softcap, GQA/MQA, head dims served in-kernel,
+// head dims and cache layouts served through padded copies (d % 8 != 0, misaligned caches),
 // cache lengths 0 and 1 per entry, split-KV against the reference and against the unsplit
 // run. CudaKVCacheSanitize holds the small problems compute-sanitizer runs.
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "layout_runner.hpp"
 #include "support/kvcache_problem.hpp"
 
 namespace fa_cuda_test {
@@ -236,6 +238,100 @@ TEST_P(CudaKVCache, HeadDimsServedInKernel) {
   }
 }
 
+// d % 8 != 0 (FlashAttention-2's test file uses 59): q and each entry's cache rows go through
+// zero-padded copies in the workspace, the append is written into the caller's cache (the
+// check compares the whole updated caches, rows around the appended ones included), and out
+// is copied back. Every route behind the copies: decode and prefill tiles, the forward kernel
+// (a full block of queries, no leftpad), split-KV, and caches that were paged, indexed by
+// cache_batch_idx or left-padded before the copy.
+TEST_P(CudaKVCache, HeadDimsServedByPadding) {
+  for (int d : {1, 20, 59, 111, 250}) {
+    KVCacheProblem p = problem(d);
+    p.seqlen_q = 2;
+    p.seqlen_new = 2;
+    p.rotary_dim = d >= 32 ? 32 : 0;
+    p.rotary_interleaved = d % 2 == 1;
+    p.causal = true;
+    expect_passes_on_cuda(p);
+  }
+  KVCacheProblem paged = problem(59);
+  paged.page_size = 16;
+  paged.seqlen_cache = 200;
+  paged.seqlen_new = 3;
+  paged.seqlen_q = 3;
+  paged.causal = true;
+  expect_passes_on_cuda(paged);
+  KVCacheProblem indexed = problem(59);
+  indexed.cache_batch_idx = true;
+  indexed.seqlen_new = 1;
+  expect_passes_on_cuda(indexed);
+  KVCacheProblem leftpad = problem(59);
+  leftpad.cache_seqlens = {100, 250, 17};
+  leftpad.cache_leftpad = {10, 0, 17};
+  leftpad.seqlen_new = 2;
+  leftpad.seqlen_q = 2;
+  leftpad.window_left = 40;
+  leftpad.window_right = 0;
+  expect_passes_on_cuda(leftpad);
+  KVCacheProblem prefill = problem(59);
+  prefill.seqlen_q = 130;
+  prefill.seqlen_new = 130;
+  prefill.seqlen_cache = 400;
+  prefill.causal = true;
+  expect_passes_on_cuda(prefill);
+  KVCacheProblem split = problem(59);
+  split.batch = 1;
+  split.seqlen_cache = 2000;
+  split.seqlen_new = 1;
+  split.num_splits = 3;
+  split.alibi = true;
+  split.softcap = 6.f;
+  expect_passes_on_cuda(split);
+}
+
+// Caches whose strides or pointer are not 16-byte aligned cannot be read in place by the
+// kernels: they take the padded copies too, with the append written into the caller's
+// strided cache (gaps untouched: the check compares the caches element by element after
+// copying them back). Head-major caches are aligned and stay in place.
+TEST_P(CudaKVCache, OtherCacheLayouts) {
+  for (Layout layout :
+       {Layout::kHeadMajor, Layout::kMisalignedHeadStride, Layout::kMisalignedPointer}) {
+    const fa_test::Runner runner = with_layout(cuda_runner(), layout);
+    for (int page_size : {0, 16}) {
+      KVCacheProblem p = problem(64);
+      p.page_size = page_size;
+      p.seqlen_new = 2;
+      p.seqlen_q = 2;
+      p.rotary_dim = 16;
+      p.causal = true;
+      SCOPED_TRACE(to_string(layout));
+      expect_passes(fa_test::check_kvcache(p, runner));
+    }
+  }
+}
+
+// The padded copies are the only workspace of a plain decode: an aligned call with d % 8 == 0
+// needs none, d = 59 or a misaligned cache needs the copies.
+TEST_P(CudaKVCache, WorkspaceOnlyForThePaddedPath) {
+  for (int d : {64, 59}) {
+    KVCacheProblem p = problem(d);
+    p.seqlen_new = 1;
+    p.num_splits = 1;
+    const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+    fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
+    size_t bytes = 0;
+    const flashattn::Status status =
+        cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &bytes);
+    ASSERT_TRUE(status.ok()) << status.message();
+    const size_t cache_copy = size_t(p.batch) * p.seqlen_cache * p.nheads_k * 64 * 2;
+    if (d == 64) {
+      EXPECT_EQ(bytes, 0u);
+    } else {
+      EXPECT_GE(bytes, 2 * cache_copy) << "d = 59 did not take the padded copies";
+    }
+  }
+}
+
 TEST_P(CudaKVCache, SplitKvAgainstTheReference) {
   for (int splits : {0, 1, 2, 3, 7, 64}) {
     KVCacheProblem p = problem(128);
@@ -359,8 +455,13 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   paged_prefill_two_stages.head_dim = 64;
   paged_prefill_two_stages.page_size = 48;
   paged_prefill_two_stages.causal = false;
+  // The padding path: d = 59 through the copies, from a paged cache with a split decode.
+  KVCacheProblem padded = paged;
+  padded.head_dim = 59;
+  padded.rotary_dim = 32;
+  padded.num_splits = 2;
   for (const KVCacheProblem& p : {decode, paged, prefill, ring, ring_prefill, paged_prefill,
-                                  paged_prefill_two_stages}) {
+                                  paged_prefill_two_stages, padded}) {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
 }

@@ -63,15 +63,6 @@ Status kvcache_in_fp32(const Runner& runner) {
   return kvcache_of(p, runner);
 }
 
-// The cache is read and updated in place, so head dims the kernel cannot zero-fill (not a
-// multiple of 8) have no padded copy to fall back on.
-Status kvcache_odd_head_dim(const Runner& runner) {
-  fa_test::KVCacheProblem p;
-  p.head_dim = 20;
-  p.seqlen_new = 1;
-  return kvcache_of(p, runner);
-}
-
 std::string lowercase(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -96,8 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaRefuses,
     ::testing::Values(Refusal{"fp32", "fp32", forward_in_fp32},
                       Refusal{"backward_fp32", "fp32", backward_in_fp32},
-                      Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32},
-                      Refusal{"kvcache_head_dim", "head dim", kvcache_odd_head_dim}),
+                      Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
 
 }  // namespace
