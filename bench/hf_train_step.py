@@ -23,12 +23,13 @@ def build(implementation, layers, state=None):
     config = transformers.LlamaConfig(
         hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
         num_hidden_layers=layers, vocab_size=128256, max_position_embeddings=131072,
-        rope_theta=500000.0, torch_dtype=torch.bfloat16)
-    model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation=implementation, torch_dtype=torch.bfloat16)
+        rope_theta=500000.0)
+    with torch.device("cuda"):  # random init on the GPU: on the host it takes minutes
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation=implementation, dtype=torch.bfloat16)
     if state is not None:
         model.load_state_dict(state)
-    return model.to("cuda").train()
+    return model.train()
 
 
 def step_ms(model, ids, warmup, iters):

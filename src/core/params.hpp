@@ -65,6 +65,8 @@ struct AttentionParams {
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool is_causal() const { return window_left < 0 && window_right == 0; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // Later query rows see more keys (a causal mask, or a right window without a left one).
+  bool keys_grow_with_rows() const { return window_right >= 0 && window_left < 0; }
   bool has_dropout() const { return dropout_p > 0.f; }
 };
 

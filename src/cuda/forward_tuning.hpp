@@ -99,6 +99,12 @@ constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = 
   }
 }
 
+// Calls the sm80 kernel runs faster on a Hopper GPU: d = 256 (192 < d <= 256) under a causal
+// mask with at most 512 keys, whose tiles are too short for the pipeline (bench/RESULTS.md).
+constexpr bool fwd_sm90_faster(int head_dim, bool grows, int seqlen_k) {
+  return !(head_dim > 192 && grows && seqlen_k <= 512);
+}
+
 // Which calls run the narrow tile: `grows` (later query blocks see more keys) and seqlen_k.
 inline constexpr int kFwdSm90NarrowKeys = 2048;
 constexpr bool fwd_sm90_use_narrow(int head_dim, bool grows, int seqlen_k) {

@@ -49,7 +49,7 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
   params.tiles = p.batch * p.nheads * params.m_blocks;
   // Pairs balance the blocks when each takes several tiles; with fewer tiles than SMs, one
   // tile per block ends sooner than the pair of the longest and the shortest.
-  params.paired_tiles = fwd_tiles_grow(p) && params.tiles > sms;
+  params.paired_tiles = p.keys_grow_with_rows() && params.tiles > sms;
   params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr;
   const bool varlen = p.is_varlen();
   const int q_rows = varlen ? p.total_q : p.seqlen_q;
@@ -88,7 +88,7 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
   static_assert(!kDropout, "dropout runs on the sm80 forward");
   using Narrow = FwdSm90TableTile<D, D, true>;
   if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
-    if (fwd_sm90_use_narrow(D, fwd_tiles_grow(p), p.seqlen_k)) {
+    if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>>(p, stream);
     }
   }

@@ -28,10 +28,12 @@ constexpr int forward_block_m() {
   return narrow < other ? narrow : other;
 }
 
-// Whether the TMA loads can address q, k and v in place: positive strides wherever the
-// dimension has more than one entry (the caller has already made them 16-byte aligned), and a
-// tile count that fits an int.
+// Whether the family takes the call: the TMA loads can address q, k and v in place (positive
+// strides wherever the dimension has more than one entry; the caller has already made them
+// 16-byte aligned), the tile count fits an int, and the tuning table does not say the sm80
+// kernel is faster for it.
 inline bool forward_accepts(const core::AttentionParams& p) {
+  if (!fwd_sm90_faster(p.head_dim, p.keys_grow_with_rows(), p.seqlen_k)) return false;
   const bool varlen = p.is_varlen();
   auto positive = [&](const core::Operand& op, int heads) {
     return op.row_stride > 0 && (heads == 1 || op.head_stride > 0) &&

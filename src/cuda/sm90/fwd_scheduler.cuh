@@ -94,9 +94,4 @@ struct FwdTileScheduler {
   }
 };
 
-// Whether later query blocks see more keys than earlier ones.
-inline bool fwd_tiles_grow(const core::AttentionParams& p) {
-  return p.window_right >= 0 && p.window_left < 0;
-}
-
 }  // namespace flashattn::cuda::sm90

@@ -1,7 +1,8 @@
 // Which forward kernel runs (forward.cu's choose_kernel, the one decision that forward() and
 // supported() take): on a device that runs this build's sm_90a code, the Hopper kernel for
 // every compiled Hopper head dim without dropout, padded head dims included, and the sm80
-// kernel for dropout, head dims up to 32 and layouts TMA cannot address; elsewhere, and with
+// kernel for dropout, head dims up to 32, layouts TMA cannot address and the cells the tuning
+// table gives the sm80 kernel (fwd_sm90_faster); elsewhere, and with
 // FLASHATTN_DISABLE_SM90 set, always the sm80 kernel. The forward suites then check the results
 // of whichever runs (gpu-check runs them both ways on a Hopper GPU).
 #include <cuda_runtime.h>
@@ -93,6 +94,12 @@ TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
   flashattn::core::AttentionParams reversed = dense_params(128);
   reversed.k.row_stride = -reversed.k.row_stride;  // a view walking k backwards
   EXPECT_EQ(plan_of(reversed).kernel, FwdKernel::kSm80) << "negative k row stride";
+  flashattn::core::AttentionParams short_causal = dense_params(256);
+  short_causal.seqlen_q = short_causal.seqlen_k = 512;
+  short_causal.window_right = 0;
+  EXPECT_EQ(plan_of(short_causal).kernel, FwdKernel::kSm80) << "d = 256, causal, 512 keys";
+  short_causal.seqlen_k = 513;  // bottom-right aligned causal, one key more
+  EXPECT_EQ(plan_of(short_causal).kernel, hopper_or_sm80()) << "d = 256, causal, 513 keys";
 }
 
 }  // namespace
