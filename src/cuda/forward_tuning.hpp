@@ -117,9 +117,10 @@ constexpr bool fwd_sm90_use_narrow(int head_dim, bool grows, int seqlen_k) {
 
 constexpr int fwd_sm90_round_up(int x, int to) { return (x + to - 1) / to * to; }
 
-// Shared memory of the kernel's storage (sm90/fwd_storage.cuh): Q, the K and V rings (O is
-// staged in the V ring), 16-bit elements in 64-column panels, a 1 KiB slot for the
-// barriers, and the 1 KiB alignment of the swizzled tiles.
+// The least shared memory the kernel's storage (sm90/fwd_shape.cuh) takes: Q, the K and V
+// rings with O staged in the V ring (O gets a buffer of its own where that fits as well),
+// 16-bit elements in 64-column panels, a 1 KiB slot for the barriers, and the 1 KiB
+// alignment of the swizzled tiles.
 constexpr int fwd_sm90_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
   const int qk_cols = fwd_sm90_round_up(head_dim, 64);
   const int v_cols = fwd_sm90_round_up(head_dim_v, 64);
