@@ -42,9 +42,11 @@ struct SoftmaxRow {
   FA_HOST_DEVICE float weight(float score) const {
     return max == -INFINITY ? 0.f : expf(score - max);
   }
-  // 1 / sum, and 0 for a row that saw no visible key (its output is 0, not NaN).
-  FA_HOST_DEVICE float inverse_sum() const { return sum > 0.f ? 1.f / sum : 0.f; }
-  FA_HOST_DEVICE float lse() const { return sum > 0.f ? max + logf(sum) : -INFINITY; }
+  // 1 / sum, and 0 for a row that saw no visible key (its output is 0, not NaN). A NaN
+  // score makes the sum NaN, and the NaN goes on into the output and the lse (SPEC: it
+  // propagates through the keys the row sees); only a sum of exactly 0 means no key.
+  FA_HOST_DEVICE float inverse_sum() const { return sum == 0.f ? 0.f : 1.f / sum; }
+  FA_HOST_DEVICE float lse() const { return sum == 0.f ? -INFINITY : max + logf(sum); }
 };
 
 }  // namespace flashattn::core
