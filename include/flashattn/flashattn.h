@@ -55,7 +55,8 @@ typedef struct fa_tensor {
 } fa_tensor;
 
 typedef struct fa_options {
-  float softmax_scale; /* 0: 1/sqrt(head_dim) */
+  float softmax_scale; /* NaN (what fa_*_args_init sets): 1/sqrt(head_dim); any finite
+                          value is used as given, 0 included */
   int32_t causal;      /* nonzero: window_right = 0 */
   int32_t window_left; /* -1: unbounded */
   int32_t window_right;
@@ -112,7 +113,8 @@ typedef struct fa_kvcache_args {
   fa_options options;
 } fa_kvcache_args;
 
-/* Defaults: every tensor absent, windows -1, everything else 0. */
+/* Defaults: every tensor absent, windows -1, softmax_scale NaN (1/sqrt(head_dim)),
+ * everything else 0. */
 FLASHATTN_API void fa_forward_args_init(fa_forward_args* args);
 FLASHATTN_API void fa_backward_args_init(fa_backward_args* args);
 FLASHATTN_API void fa_kvcache_args_init(fa_kvcache_args* args);

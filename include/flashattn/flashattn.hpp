@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #ifndef FLASHATTN_API  // flashattn.h defines the same macro
@@ -90,7 +91,9 @@ FLASHATTN_API const char* to_string(DType dtype);
 // ---------------------------------------------------------------- options -----------
 
 struct AttentionOptions {
-  float softmax_scale = 0.f;  // 0 means 1/sqrt(d)
+  // Unset: 1/sqrt(d). Any finite value is used as given, 0 included (every score is then
+  // 0, as in FlashAttention-2 with softmax_scale=0.0).
+  std::optional<float> softmax_scale;
   bool causal = false;        // same as window_right = 0 (bottom-right aligned)
   int window_left = -1;       // -1: unbounded
   int window_right = -1;      // -1: unbounded
