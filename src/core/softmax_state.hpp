@@ -9,11 +9,12 @@
 
 namespace flashattn::core {
 
-// log(exp(a) + exp(b)) without overflow; -inf when both are -inf.
+// log(exp(a) + exp(b)) without overflow; -inf when both are -inf, NaN when either is NaN
+// (a NaN compares false, so it lands in `hi` or, beside -inf, in `lo`).
 FA_HOST_DEVICE float log_add_exp(float a, float b) {
   const float hi = a > b ? a : b;
   const float lo = a > b ? b : a;
-  if (hi == -INFINITY) return -INFINITY;
+  if (hi == -INFINITY) return lo;
   return hi + log1pf(expf(lo - hi));
 }
 
