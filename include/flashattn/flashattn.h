@@ -5,7 +5,7 @@
  * argument struct with its fa_*_args_init() so new fields get their defaults. Every call
  * returns an fa_status; on failure nothing has been written to any output and
  * fa_last_error_message() says which argument was wrong and what was expected.
- * What each call computes: SPEC.md; layouts: flashattn.hpp. */
+ * What each call computes: docs/contract.md; layouts: flashattn.hpp. */
 #ifndef FLASHATTN_FLASHATTN_H_
 #define FLASHATTN_FLASHATTN_H_
 
@@ -27,7 +27,7 @@ extern "C" {
 /* Values equal those of the C++ enums. */
 typedef enum fa_status {
   FA_OK = 0,
-  FA_INVALID_ARGUMENT = 1, /* the call violates SPEC.md */
+  FA_INVALID_ARGUMENT = 1, /* the call violates docs/contract.md */
   FA_UNSUPPORTED = 2,      /* valid, but not available on this backend/device/build */
   FA_CUDA_ERROR = 3,
   FA_INTERNAL = 4
@@ -37,7 +37,7 @@ typedef enum fa_dtype { FA_F32 = 0, FA_F16 = 1, FA_BF16 = 2, FA_I32 = 3 } fa_dty
 typedef enum fa_device_type { FA_CPU = 0, FA_CUDA = 1 } fa_device_type;
 typedef enum fa_backend {
   FA_BACKEND_AUTO = 0,      /* CUDA for device tensors, the CPU otherwise */
-  FA_BACKEND_REFERENCE = 1, /* the literal SPEC.md implementation: tests only */
+  FA_BACKEND_REFERENCE = 1, /* the literal docs/contract.md implementation: tests only */
   FA_BACKEND_CPU = 2,
   FA_BACKEND_CUDA = 3
 } fa_backend;

@@ -5,7 +5,7 @@
 // stream is the caller's. No entry point allocates, synchronizes, throws or aborts:
 // each returns a `Status`, and on a rejected call nothing has been written.
 //
-// What each entry point computes is defined in SPEC.md; layouts in brief:
+// What each entry point computes is defined in docs/contract.md; layouts in brief:
 //   dense : q [b, sq, h, d]   k [b, sk, hk, d]   v [b, sk, hk, dv]   out [b, sq, h, dv]
 //           lse fp32 [b, h, sq]
 //   varlen: q [total_q, h, d] k/v [total_k, hk, d]  out [total_q, h, dv]
@@ -29,7 +29,7 @@ namespace flashattn {
 
 enum class StatusCode : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,  // the call violates SPEC.md: fix the arguments
+  kInvalidArgument = 1,  // the call violates docs/contract.md: fix the arguments
   kUnsupported = 2,      // valid, but not available on this backend/device/build
   kCudaError = 3,        // the CUDA runtime reported an error
   kInternal = 4,         // a bug in flashattn: please report it
@@ -117,7 +117,7 @@ struct VarlenLayout {
 
 enum class Backend : int32_t {
   kAuto = 0,       // CUDA for device tensors, the CPU otherwise
-  kReference = 1,  // the literal SPEC.md implementation (fp64, materializes scores): tests only
+  kReference = 1,  // docs/contract.md as code (fp64, materializes scores): tests only
   kCpu = 2,        // the CPU backend
   kCuda = 3,       // the CUDA kernels
 };

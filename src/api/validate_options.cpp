@@ -1,4 +1,4 @@
-// AttentionOptions: scale, window/causal, softcap, dropout, ALiBi (SPEC.md steps 1-6).
+// AttentionOptions: scale, window/causal, softcap, dropout, ALiBi (docs/contract.md steps 1-6).
 #include <cmath>
 
 #include "api/validate_parts.hpp"
