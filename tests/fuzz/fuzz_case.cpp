@@ -8,16 +8,34 @@ namespace {
 
 // The integer fields of a Case by name: what to_line writes and from_line reads.
 std::vector<std::pair<const char*, int*>> fields(Case& c) {
-  return {{"entry", &c.entry},       {"c_abi", &c.c_abi},         {"dtype", &c.dtype},
-          {"batch", &c.batch},       {"seqlen_q", &c.seqlen_q},   {"seqlen_k", &c.seqlen_k},
-          {"nheads_k", &c.nheads_k}, {"group", &c.group},         {"head_dim", &c.head_dim},
-          {"padded", &c.padded},     {"varlen", &c.varlen},       {"seqused", &c.seqused},
-          {"causal", &c.causal},     {"window_left", &c.window_left},
-          {"window_right", &c.window_right}, {"softcap", &c.softcap}, {"alibi", &c.alibi},
-          {"dropout", &c.dropout},   {"scale", &c.scale},         {"lse", &c.lse},
-          {"capacity", &c.capacity}, {"page_size", &c.page_size}, {"batch_idx", &c.batch_idx},
-          {"leftpad", &c.leftpad},   {"seqlen_new", &c.seqlen_new},
-          {"rotary_dim", &c.rotary_dim}, {"num_splits", &c.num_splits}, {"poison", &c.poison}};
+  return {{"entry", &c.entry},
+          {"c_abi", &c.c_abi},
+          {"dtype", &c.dtype},
+          {"batch", &c.batch},
+          {"seqlen_q", &c.seqlen_q},
+          {"seqlen_k", &c.seqlen_k},
+          {"nheads_k", &c.nheads_k},
+          {"group", &c.group},
+          {"head_dim", &c.head_dim},
+          {"padded", &c.padded},
+          {"varlen", &c.varlen},
+          {"seqused", &c.seqused},
+          {"causal", &c.causal},
+          {"window_left", &c.window_left},
+          {"window_right", &c.window_right},
+          {"softcap", &c.softcap},
+          {"alibi", &c.alibi},
+          {"dropout", &c.dropout},
+          {"scale", &c.scale},
+          {"lse", &c.lse},
+          {"capacity", &c.capacity},
+          {"page_size", &c.page_size},
+          {"batch_idx", &c.batch_idx},
+          {"leftpad", &c.leftpad},
+          {"seqlen_new", &c.seqlen_new},
+          {"rotary_dim", &c.rotary_dim},
+          {"num_splits", &c.num_splits},
+          {"poison", &c.poison}};
 }
 
 int pick(std::mt19937_64& rng, std::initializer_list<int> values) {
@@ -33,10 +51,26 @@ bool chance(std::mt19937_64& rng, double p) { return std::bernoulli_distribution
 
 // Values a mutation writes: the edges of each kind of field.
 int64_t edge_value(std::mt19937_64& rng) {
-  static const int64_t values[] = {0,  1,  -1,          2,          -2,         3,
-                                   7,  16, 255,         256,        257,        1 << 16,
-                                   INT32_MAX, INT32_MIN, int64_t{1} << 31, int64_t{1} << 32,
-                                   int64_t{1} << 40, INT64_MAX, INT64_MIN, -(int64_t{1} << 31)};
+  static const int64_t values[] = {0,
+                                   1,
+                                   -1,
+                                   2,
+                                   -2,
+                                   3,
+                                   7,
+                                   16,
+                                   255,
+                                   256,
+                                   257,
+                                   1 << 16,
+                                   INT32_MAX,
+                                   INT32_MIN,
+                                   int64_t{1} << 31,
+                                   int64_t{1} << 32,
+                                   int64_t{1} << 40,
+                                   INT64_MAX,
+                                   INT64_MIN,
+                                   -(int64_t{1} << 31)};
   return values[std::uniform_int_distribution<size_t>(0, std::size(values) - 1)(rng)];
 }
 
@@ -46,12 +80,26 @@ Mutation random_mutation(std::mt19937_64& rng) {
   m.slot = uniform(rng, 0, kSlotCount - 1);
   m.dim = uniform(rng, 0, 4);
   switch (m.kind) {
-    case MutationKind::kDtype: m.value = chance(rng, 0.5) ? uniform(rng, 0, 3) : edge_value(rng); break;
-    case MutationKind::kRank: m.value = uniform(rng, -1, 5); break;
-    case MutationKind::kDevice: m.value = chance(rng, 0.5) ? 1 : edge_value(rng); break;
-    case MutationKind::kOption: m.dim = uniform(rng, 0, 9); m.value = edge_value(rng); break;
-    case MutationKind::kContent: m.dim = uniform(rng, 0, 8); m.value = edge_value(rng); break;
-    default: m.value = edge_value(rng); break;
+    case MutationKind::kDtype:
+      m.value = chance(rng, 0.5) ? uniform(rng, 0, 3) : edge_value(rng);
+      break;
+    case MutationKind::kRank:
+      m.value = uniform(rng, -1, 5);
+      break;
+    case MutationKind::kDevice:
+      m.value = chance(rng, 0.5) ? 1 : edge_value(rng);
+      break;
+    case MutationKind::kOption:
+      m.dim = uniform(rng, 0, 9);
+      m.value = edge_value(rng);
+      break;
+    case MutationKind::kContent:
+      m.dim = uniform(rng, 0, 8);
+      m.value = edge_value(rng);
+      break;
+    default:
+      m.value = edge_value(rng);
+      break;
   }
   return m;
 }
@@ -61,28 +109,50 @@ Mutation random_mutation(std::mt19937_64& rng) {
 const char* slot_name(Slot slot, Entry entry) {
   const bool cache = entry == Entry::kKVCache;
   switch (slot) {
-    case kQ: return "q";
-    case kK: return cache ? "k_cache" : "k";
-    case kV: return cache ? "v_cache" : "v";
-    case kOut: return "out";
-    case kLse: return "lse";
-    case kDout: return "dout";
-    case kDq: return "dq";
-    case kDk: return "dk";
-    case kDv: return "dv";
-    case kCuQ: return "varlen.cu_seqlens_q";
-    case kCuK: return "varlen.cu_seqlens_k";
-    case kUsedK: return "varlen.seqused_k";
-    case kAlibi: return "options.alibi_slopes";
-    case kCacheSeqlens: return "cache_seqlens";
-    case kKNew: return "k_new";
-    case kVNew: return "v_new";
-    case kBlockTable: return "block_table";
-    case kBatchIdx: return "cache_batch_idx";
-    case kLeftpad: return "cache_leftpad";
-    case kRotaryCos: return "rotary_cos";
-    case kRotarySin: return "rotary_sin";
-    case kSlotCount: break;
+    case kQ:
+      return "q";
+    case kK:
+      return cache ? "k_cache" : "k";
+    case kV:
+      return cache ? "v_cache" : "v";
+    case kOut:
+      return "out";
+    case kLse:
+      return "lse";
+    case kDout:
+      return "dout";
+    case kDq:
+      return "dq";
+    case kDk:
+      return "dk";
+    case kDv:
+      return "dv";
+    case kCuQ:
+      return "varlen.cu_seqlens_q";
+    case kCuK:
+      return "varlen.cu_seqlens_k";
+    case kUsedK:
+      return "varlen.seqused_k";
+    case kAlibi:
+      return "options.alibi_slopes";
+    case kCacheSeqlens:
+      return "cache_seqlens";
+    case kKNew:
+      return "k_new";
+    case kVNew:
+      return "v_new";
+    case kBlockTable:
+      return "block_table";
+    case kBatchIdx:
+      return "cache_batch_idx";
+    case kLeftpad:
+      return "cache_leftpad";
+    case kRotaryCos:
+      return "rotary_cos";
+    case kRotarySin:
+      return "rotary_sin";
+    case kSlotCount:
+      break;
   }
   return "?";
 }

@@ -182,11 +182,20 @@ Status call_reference(Instance* in, flashattn::cpu::ReferencePrecision precision
 
 // The names an error message may start with: every argument of the call.
 bool names_an_argument(const std::string& message, Entry entry) {
-  static const std::set<std::string> others = {
-      "args", "bytes", "backend cuda", "launch.backend", "launch.workspace",
-      "launch.workspace_bytes", "options.softmax_scale", "options.window_left",
-      "options.window_right", "options.softcap", "options.dropout_p",
-      "varlen.max_seqlen_q", "varlen.max_seqlen_k", "num_splits"};
+  static const std::set<std::string> others = {"args",
+                                               "bytes",
+                                               "backend cuda",
+                                               "launch.backend",
+                                               "launch.workspace",
+                                               "launch.workspace_bytes",
+                                               "options.softmax_scale",
+                                               "options.window_left",
+                                               "options.window_right",
+                                               "options.softcap",
+                                               "options.dropout_p",
+                                               "varlen.max_seqlen_q",
+                                               "varlen.max_seqlen_k",
+                                               "num_splits"};
   const size_t colon = message.find(": ");
   if (colon == std::string::npos) return false;
   const std::string name = message.substr(0, colon);
@@ -271,8 +280,8 @@ std::string compare_output(const char* name, const std::vector<double>& got,
   const double bound = 2 * baseline + 16 * unit_roundoff(dtype) * magnitude * logits;
   if (error <= bound) return "";
   std::ostringstream text;
-  text << name << ": max|cpu - reference| = " << error << " > 2 * " << baseline << " + eps = "
-       << bound;
+  text << name << ": max|cpu - reference| = " << error << " > 2 * " << baseline
+       << " + eps = " << bound;
   return text.str();
 }
 
@@ -302,8 +311,8 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
   for (int s = 0; s < kSlotCount; ++s) {
     // The backward's out and lse were written by a forward too (materialize), in an order
     // that differs from run to run where the view overlaps itself.
-    const bool written = tested.buffers[s].output ||
-                         (tested.entry == Entry::kBackward && (s == kOut || s == kLse));
+    const bool written =
+        tested.buffers[s].output || (tested.entry == Entry::kBackward && (s == kOut || s == kLse));
     if (written && overlaps_itself(*tested.slot(static_cast<Slot>(s)))) return "";
   }
   Instance exact = materialize(c, flashattn::Backend::kReference);
@@ -319,7 +328,8 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
     }
   }
   const Status exact_status = call_reference(&exact, flashattn::cpu::ReferencePrecision::kExact);
-  if (!exact_status.ok()) return "accepted, but the reference rejects it: " + exact_status.message();
+  if (!exact_status.ok())
+    return "accepted, but the reference rejects it: " + exact_status.message();
   const Status lowp_status =
       call_reference(&lowp, flashattn::cpu::ReferencePrecision::kLowPrecisionNaive);
   if (!lowp_status.ok()) return "the low-precision reference failed: " + lowp_status.message();
@@ -337,10 +347,9 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
   for (int s = 0; s < kSlotCount; ++s) {
     if (!tested.buffers[s].output) continue;
     const Slot slot = static_cast<Slot>(s);
-    const std::string failure =
-        compare_output(slot_name(slot, tested.entry), values_of(*tested.slot(slot)),
-                       values_of(*exact.slot(slot)), values_of(*lowp.slot(slot)),
-                       tested.slot(kQ)->dtype, logits);
+    const std::string failure = compare_output(
+        slot_name(slot, tested.entry), values_of(*tested.slot(slot)), values_of(*exact.slot(slot)),
+        values_of(*lowp.slot(slot)), tested.slot(kQ)->dtype, logits);
     if (!failure.empty()) return failure;
   }
   return "";
@@ -359,8 +368,8 @@ Result run_case(const Case& c) {
     result.outcome = Outcome::kRejected;
     if (status.code() != StatusCode::kInvalidArgument &&
         status.code() != StatusCode::kUnsupported) {
-      result.failure = std::string("rejected with ") + flashattn::to_string(status.code()) +
-                       ": " + status.message();
+      result.failure = std::string("rejected with ") + flashattn::to_string(status.code()) + ": " +
+                       status.message();
     } else if (!names_an_argument(status.message(), in.entry)) {
       result.failure = "the message does not start with an argument's name: " + status.message();
     } else if (const std::string changed = first_changed_buffer(before, in, true);

@@ -50,7 +50,9 @@ struct Layout {
 Layout layout_of(const Case& c, std::mt19937& rng) {
   Layout l;
   l.nheads = c.nheads_k * c.group;
-  const auto below = [&](int n) { return std::uniform_int_distribution<int>(0, std::max(n, 0))(rng); };
+  const auto below = [&](int n) {
+    return std::uniform_int_distribution<int>(0, std::max(n, 0))(rng);
+  };
   if (c.varlen) {
     l.cu_q = {0};
     l.cu_k = {0};
@@ -128,9 +130,9 @@ void describe_kvcache(const Case& c, const Layout& l, Instance* in) {
   *in->slot(kQ) = describe(dt, {c.batch, c.seqlen_q, h, d}, pad);
   *in->slot(kOut) = describe(dt, {c.batch, c.seqlen_q, h, d}, pad);
   if (c.lse) *in->slot(kLse) = describe(DType::kF32, {c.batch, h, c.seqlen_q}, 0);
-  const std::vector<int64_t> cache =
-      c.page_size > 0 ? std::vector<int64_t>{l.num_pages, c.page_size, hk, d}
-                      : std::vector<int64_t>{l.batch_cache, c.capacity, hk, d};
+  const std::vector<int64_t> cache = c.page_size > 0
+                                         ? std::vector<int64_t>{l.num_pages, c.page_size, hk, d}
+                                         : std::vector<int64_t>{l.batch_cache, c.capacity, hk, d};
   *in->slot(kK) = describe(dt, cache, pad);
   *in->slot(kV) = describe(dt, cache, pad);
   *in->slot(kCacheSeqlens) = describe(DType::kI32, {c.batch}, 0);
@@ -154,9 +156,12 @@ void describe_kvcache(const Case& c, const Layout& l, Instance* in) {
 
 flashattn::AttentionOptions* options_of(Instance* in) {
   switch (in->entry) {
-    case Entry::kForward: return &in->forward.options;
-    case Entry::kBackward: return &in->backward.options;
-    case Entry::kKVCache: return &in->kvcache.options;
+    case Entry::kForward:
+      return &in->forward.options;
+    case Entry::kBackward:
+      return &in->backward.options;
+    case Entry::kKVCache:
+      return &in->kvcache.options;
   }
   return nullptr;
 }
@@ -195,16 +200,36 @@ void mutate_option(const Mutation& m, Instance* in) {
   flashattn::VarlenLayout* v = varlen_of(in);
   const int as_int = static_cast<int>(m.value);
   switch (m.dim) {
-    case 0: o.softmax_scale = float_option(m.value, 1.f); break;
-    case 1: o.window_left = as_int; break;
-    case 2: o.window_right = as_int; break;
-    case 3: o.softcap = float_option(m.value, -1.f); break;
-    case 4: o.dropout_p = float_option(m.value, 0.01f); break;
-    case 5: o.causal = (m.value & 1) != 0; break;
-    case 6: if (v != nullptr) v->max_seqlen_q = as_int; break;
-    case 7: if (v != nullptr) v->max_seqlen_k = as_int; break;
-    case 8: in->kvcache.num_splits = as_int; break;
-    case 9: in->launch.backend = static_cast<flashattn::Backend>(as_int); break;
+    case 0:
+      o.softmax_scale = float_option(m.value, 1.f);
+      break;
+    case 1:
+      o.window_left = as_int;
+      break;
+    case 2:
+      o.window_right = as_int;
+      break;
+    case 3:
+      o.softcap = float_option(m.value, -1.f);
+      break;
+    case 4:
+      o.dropout_p = float_option(m.value, 0.01f);
+      break;
+    case 5:
+      o.causal = (m.value & 1) != 0;
+      break;
+    case 6:
+      if (v != nullptr) v->max_seqlen_q = as_int;
+      break;
+    case 7:
+      if (v != nullptr) v->max_seqlen_k = as_int;
+      break;
+    case 8:
+      in->kvcache.num_splits = as_int;
+      break;
+    case 9:
+      in->launch.backend = static_cast<flashattn::Backend>(as_int);
+      break;
   }
 }
 
@@ -212,15 +237,26 @@ void mutate_description(const Mutation& m, Instance* in) {
   Tensor* t = in->slot(static_cast<Slot>(m.slot % kSlotCount));
   const int dim = m.dim % flashattn::kMaxRank;
   switch (m.kind) {
-    case MutationKind::kDtype: t->dtype = static_cast<DType>(static_cast<int32_t>(m.value)); break;
-    case MutationKind::kStride: t->stride[dim] = m.value; break;
-    case MutationKind::kSize: t->shape[dim] = m.value; break;
-    case MutationKind::kRank: t->rank = static_cast<int>(m.value); break;
+    case MutationKind::kDtype:
+      t->dtype = static_cast<DType>(static_cast<int32_t>(m.value));
+      break;
+    case MutationKind::kStride:
+      t->stride[dim] = m.value;
+      break;
+    case MutationKind::kSize:
+      t->shape[dim] = m.value;
+      break;
+    case MutationKind::kRank:
+      t->rank = static_cast<int>(m.value);
+      break;
     case MutationKind::kDevice:
       t->device.type = static_cast<flashattn::DeviceType>(static_cast<int32_t>(m.value));
       break;
-    case MutationKind::kOption: mutate_option(m, in); break;
-    default: break;  // kNull and kContent act on the memory (below)
+    case MutationKind::kOption:
+      mutate_option(m, in);
+      break;
+    default:
+      break;  // kNull and kContent act on the memory (below)
   }
 }
 
@@ -261,14 +297,22 @@ void write_indices(const Tensor& t, const std::vector<int32_t>& values) {
 
 const std::vector<int32_t>* index_values(Slot s, const Layout& l) {
   switch (s) {
-    case kCuQ: return &l.cu_q;
-    case kCuK: return &l.cu_k;
-    case kUsedK: return &l.used_k;
-    case kCacheSeqlens: return &l.cache_seqlens;
-    case kBlockTable: return &l.block_table;
-    case kBatchIdx: return &l.batch_idx;
-    case kLeftpad: return &l.leftpad;
-    default: return nullptr;
+    case kCuQ:
+      return &l.cu_q;
+    case kCuK:
+      return &l.cu_k;
+    case kUsedK:
+      return &l.used_k;
+    case kCacheSeqlens:
+      return &l.cache_seqlens;
+    case kBlockTable:
+      return &l.block_table;
+    case kBatchIdx:
+      return &l.batch_idx;
+    case kLeftpad:
+      return &l.leftpad;
+    default:
+      return nullptr;
   }
 }
 
@@ -276,7 +320,8 @@ const std::vector<int32_t>* index_values(Slot s, const Layout& l) {
 void poison(const Case& c, Instance* in, std::mt19937& rng) {
   const Slot s = c.poison == 4 ? kQ : c.poison == 2 ? kK : kV;
   const Tensor& t = *in->slot(s);
-  const bool float_type = t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+  const bool float_type =
+      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
   if (!in->backed || !float_type || t.data == nullptr) return;
   const std::vector<int64_t> offsets = element_offsets(t);
   if (offsets.empty()) return;
@@ -292,9 +337,15 @@ void back_slot(Slot s, const Layout& l, Instance* in, std::mt19937& rng) {
   const int64_t span = span_elements(t);
   Buffer& buffer = in->buffers[s];
   switch (in->entry) {
-    case Entry::kForward: buffer.output = s == kOut || s == kLse; break;
-    case Entry::kBackward: buffer.output = s == kDq || s == kDk || s == kDv; break;
-    case Entry::kKVCache: buffer.output = s == kOut || s == kLse || s == kK || s == kV; break;
+    case Entry::kForward:
+      buffer.output = s == kOut || s == kLse;
+      break;
+    case Entry::kBackward:
+      buffer.output = s == kDq || s == kDk || s == kDv;
+      break;
+    case Entry::kKVCache:
+      buffer.output = s == kOut || s == kLse || s == kK || s == kV;
+      break;
   }
   const bool valid_dtype = flashattn::dtype_size(t.dtype) != 0;
   if (span < 0) {
@@ -314,8 +365,10 @@ void back_slot(Slot s, const Layout& l, Instance* in, std::mt19937& rng) {
   } else if (is_index(s)) {
     std::memset(data, 0, bytes);
   }
-  const bool float_type = t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
-  if (valid_dtype && float_type && (!buffer.output || s == kK || s == kV)) fill_values(t, rng, span);
+  const bool float_type =
+      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+  if (valid_dtype && float_type && (!buffer.output || s == kK || s == kV))
+    fill_values(t, rng, span);
   if (is_index(s) && t.dtype == DType::kI32) write_indices(t, *index_values(s, l));
 }
 
@@ -339,53 +392,92 @@ Tensor* Instance::slot(Slot s) {
   switch (entry) {
     case Entry::kForward:
       switch (s) {
-        case kQ: return &forward.q;
-        case kK: return &forward.k;
-        case kV: return &forward.v;
-        case kOut: return &forward.out;
-        case kLse: return &forward.lse;
-        case kCuQ: return &forward.varlen.cu_seqlens_q;
-        case kCuK: return &forward.varlen.cu_seqlens_k;
-        case kUsedK: return &forward.varlen.seqused_k;
-        case kAlibi: return &forward.options.alibi_slopes;
-        default: break;
+        case kQ:
+          return &forward.q;
+        case kK:
+          return &forward.k;
+        case kV:
+          return &forward.v;
+        case kOut:
+          return &forward.out;
+        case kLse:
+          return &forward.lse;
+        case kCuQ:
+          return &forward.varlen.cu_seqlens_q;
+        case kCuK:
+          return &forward.varlen.cu_seqlens_k;
+        case kUsedK:
+          return &forward.varlen.seqused_k;
+        case kAlibi:
+          return &forward.options.alibi_slopes;
+        default:
+          break;
       }
       break;
     case Entry::kBackward:
       switch (s) {
-        case kQ: return &backward.q;
-        case kK: return &backward.k;
-        case kV: return &backward.v;
-        case kOut: return &backward.out;
-        case kLse: return &backward.lse;
-        case kDout: return &backward.dout;
-        case kDq: return &backward.dq;
-        case kDk: return &backward.dk;
-        case kDv: return &backward.dv;
-        case kCuQ: return &backward.varlen.cu_seqlens_q;
-        case kCuK: return &backward.varlen.cu_seqlens_k;
-        case kUsedK: return &backward.varlen.seqused_k;
-        case kAlibi: return &backward.options.alibi_slopes;
-        default: break;
+        case kQ:
+          return &backward.q;
+        case kK:
+          return &backward.k;
+        case kV:
+          return &backward.v;
+        case kOut:
+          return &backward.out;
+        case kLse:
+          return &backward.lse;
+        case kDout:
+          return &backward.dout;
+        case kDq:
+          return &backward.dq;
+        case kDk:
+          return &backward.dk;
+        case kDv:
+          return &backward.dv;
+        case kCuQ:
+          return &backward.varlen.cu_seqlens_q;
+        case kCuK:
+          return &backward.varlen.cu_seqlens_k;
+        case kUsedK:
+          return &backward.varlen.seqused_k;
+        case kAlibi:
+          return &backward.options.alibi_slopes;
+        default:
+          break;
       }
       break;
     case Entry::kKVCache:
       switch (s) {
-        case kQ: return &kvcache.q;
-        case kK: return &kvcache.k_cache;
-        case kV: return &kvcache.v_cache;
-        case kOut: return &kvcache.out;
-        case kLse: return &kvcache.lse;
-        case kAlibi: return &kvcache.options.alibi_slopes;
-        case kCacheSeqlens: return &kvcache.cache_seqlens;
-        case kKNew: return &kvcache.k_new;
-        case kVNew: return &kvcache.v_new;
-        case kBlockTable: return &kvcache.block_table;
-        case kBatchIdx: return &kvcache.cache_batch_idx;
-        case kLeftpad: return &kvcache.cache_leftpad;
-        case kRotaryCos: return &kvcache.rotary_cos;
-        case kRotarySin: return &kvcache.rotary_sin;
-        default: break;
+        case kQ:
+          return &kvcache.q;
+        case kK:
+          return &kvcache.k_cache;
+        case kV:
+          return &kvcache.v_cache;
+        case kOut:
+          return &kvcache.out;
+        case kLse:
+          return &kvcache.lse;
+        case kAlibi:
+          return &kvcache.options.alibi_slopes;
+        case kCacheSeqlens:
+          return &kvcache.cache_seqlens;
+        case kKNew:
+          return &kvcache.k_new;
+        case kVNew:
+          return &kvcache.v_new;
+        case kBlockTable:
+          return &kvcache.block_table;
+        case kBatchIdx:
+          return &kvcache.cache_batch_idx;
+        case kLeftpad:
+          return &kvcache.cache_leftpad;
+        case kRotaryCos:
+          return &kvcache.rotary_cos;
+        case kRotarySin:
+          return &kvcache.rotary_sin;
+        default:
+          break;
       }
       break;
   }

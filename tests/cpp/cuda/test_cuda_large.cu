@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -84,7 +84,8 @@ void reference_row(int64_t i, int64_t h, double scale, double* lse, std::vector<
   double top = -INFINITY;
   for (int64_t j = 0; j <= i; ++j) {
     double s = 0;
-    for (int c = 0; c < kDim; ++c) s += double(hashed_value(kQ, at(i, h, c))) * hashed_value(kK, at(j, h, c));
+    for (int c = 0; c < kDim; ++c)
+      s += double(hashed_value(kQ, at(i, h, c))) * hashed_value(kK, at(j, h, c));
     scores[j] = scale * s;
     top = std::max(top, scores[j]);
   }
@@ -166,7 +167,8 @@ TEST(CudaLarge, DISABLED_ForwardAndBackwardPast2To31Elements) {
   ASSERT_TRUE(status.ok()) << status.message();
   DeviceBuffer workspace(workspace_bytes);
   ASSERT_TRUE(workspace_bytes == 0 || workspace.ptr != nullptr);
-  status = flashattn::backward(b, {flashattn::Backend::kCuda, nullptr, workspace.ptr, workspace_bytes});
+  status =
+      flashattn::backward(b, {flashattn::Backend::kCuda, nullptr, workspace.ptr, workspace_bytes});
   ASSERT_TRUE(status.ok()) << status.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -180,7 +182,8 @@ TEST(CudaLarge, DISABLED_ForwardAndBackwardPast2To31Elements) {
       std::vector<double> dv_ref(kDim, 0.0);
       for (int64_t i = j; i < kSeq; ++i) {
         double s = 0;
-        for (int c = 0; c < kDim; ++c) s += double(hashed_value(kQ, at(i, h, c))) * hashed_value(kK, at(j, h, c));
+        for (int c = 0; c < kDim; ++c)
+          s += double(hashed_value(kQ, at(i, h, c))) * hashed_value(kK, at(j, h, c));
         const double p = std::exp(scale * s - lse_host[i]);
         for (int c = 0; c < kDim; ++c) dv_ref[c] += p * hashed_value(kDout, at(i, h, c));
       }
@@ -259,7 +262,8 @@ TEST(CudaLarge, DISABLED_PagedKVCachePast2To31Elements) {
   a.out = device_tensor(out.ptr, DType::kBF16, {kBatch, 1, kQHeads, kDim});
   a.options.causal = true;
   size_t workspace_bytes = 0;
-  flashattn::Status status = flashattn::workspace_size(a, flashattn::Backend::kCuda, &workspace_bytes);
+  flashattn::Status status =
+      flashattn::workspace_size(a, flashattn::Backend::kCuda, &workspace_bytes);
   ASSERT_TRUE(status.ok()) << status.message();
   DeviceBuffer workspace(workspace_bytes);
   status = flashattn::forward_kvcache(
@@ -291,7 +295,8 @@ TEST(CudaLarge, DISABLED_PagedKVCachePast2To31Elements) {
       std::vector<double> expected(kDim, 0.0);
       for (int64_t j = 0; j < kCached; ++j) {
         const double p = std::exp(scores[j] - top) / sum;
-        for (int c = 0; c < kDim; ++c) expected[c] += p * hashed_value(kV, cache_index(b, j, hk, c));
+        for (int c = 0; c < kDim; ++c)
+          expected[c] += p * hashed_value(kV, cache_index(b, j, hk, c));
       }
       const std::vector<float> got = bf16_row(out.ptr, (b * kQHeads + h) * kDim, kDim);
       double worst = 0, magnitude = 1e-3;
