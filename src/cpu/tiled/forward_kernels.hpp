@@ -44,10 +44,12 @@ struct ForwardTiles {
   float* v;        // [kBlockK][dv_pad]
   float* s;        // [kBlockK][kBlockQ]: scores, then probabilities
   float* z;        // [kBlockK][kBlockQ]: dropout factors
-  float* v_aside;  // [kBlockK][dv_pad]: V as loaded, when its non-finite values are set aside
   float* qt[kGroupQ];
   float* o[kGroupQ];
   float* factors[kGroupQ];
+  // [kBlockK][dv_pad]: V as loaded, when its non-finite values are set aside. Last, so the
+  // tiles every call uses keep their places (it is touched only with a NaN or an inf).
+  float* v_aside;
   size_t floats;
 
   ForwardTiles(float* base, int head_dim, int head_dim_v)
@@ -58,12 +60,12 @@ struct ForwardTiles {
     v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
     s = carve.take(static_cast<size_t>(kBlockK) * kBlockQ);
     z = carve.take(static_cast<size_t>(kBlockK) * kBlockQ);
-    v_aside = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
     for (int g = 0; g < kGroupQ; ++g) {
       qt[g] = carve.take(static_cast<size_t>(d) * kBlockQ);
       o[g] = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
       factors[g] = carve.take(kBlockQ);
     }
+    v_aside = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
     floats = carve.used();
   }
 };
