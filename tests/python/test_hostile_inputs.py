@@ -120,3 +120,26 @@ def test_arrays_seqused_k_needs_the_packed_layout(rng):
     q, k, v = _qkv(rng)
     with pytest.raises(Invalid, match=r"^cu_seqlens_q: expected an array, since seqused_k"):
         flashattn.arrays.forward(q, k, v, seqused_k=np.array([4], dtype=np.int32))
+
+
+def test_torch_cpu_tensors_get_the_same_errors():
+    """The torch frontend goes through the same checks (int64 indices, int32 options, ranks,
+    softmax_scale=0.0 as a scale of 0)."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(Invalid, match=r"^window_size\[0\]: expected an integer that fits int32"):
+        flashattn.flash_attn_func(q, q, q, window_size=(2**40, 0))
+    with pytest.raises(Invalid, match=r"^q: expected rank 4"):
+        flashattn.flash_attn_func(torch.tensor(1.0), q, q)
+    cache = torch.randn(2, 16, 2, 16)
+    with pytest.raises(Invalid, match=r"^cache_seqlens: expected values that fit int32"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], cache, cache,
+                                          cache_seqlens=torch.tensor([2**32 + 3]))
+    packed = torch.randn(20, 2, 16)
+    cu = torch.tensor([0, 20], dtype=torch.int32)
+    with pytest.raises(Invalid, match=r"^block_table: expected \[0, 0\] a page index"):
+        flashattn.flash_attn_varlen_func(packed, cache, cache, cu, cu, 20, 20,
+                                         block_table=torch.tensor([[-2, -1]], dtype=torch.int32))
+    _, lse, _ = flashattn.flash_attn_func(q, q, q, dropout_p=0.3, softmax_scale=0.0, causal=True,
+                                          return_attn_probs=True)
+    np.testing.assert_allclose(lse[0, 0].numpy(), np.log(np.arange(1, 9)), atol=1e-5)
