@@ -42,13 +42,16 @@ TEST_P(CudaNonfinite, ForwardStaysInItsHead) {
   }
 }
 
+// Deterministic mode: the clean and the poisoned run are compared bit for bit, which the
+// default mode's dQ atomics would not allow.
 TEST_P(CudaNonfinite, BackwardStaysInItsHead) {
   for (Poisoned tensor : {Poisoned::kQ, Poisoned::kK, Poisoned::kV, Poisoned::kDout}) {
     const int head = tensor == Poisoned::kQ || tensor == Poisoned::kDout ? 3 : 1;
-    fa_test::expect_backward_contained(causal(GetParam(), 128), {tensor, 1, 150, head, 2, kNan},
-                                       cuda_runner(), Containment::kHeads);
-    fa_test::expect_backward_contained(causal(GetParam(), 64), {tensor, 0, 120, head, 0, kNan},
-                                       deterministic_runner(), Containment::kHeads);
+    for (int head_dim : {64, 128}) {
+      fa_test::expect_backward_contained(causal(GetParam(), head_dim),
+                                         {tensor, 1, 150, head, 2, kNan}, deterministic_runner(),
+                                         Containment::kHeads);
+    }
   }
 }
 
