@@ -5,7 +5,7 @@
  * argument struct with its fa_*_args_init() so new fields get their defaults. Every call
  * returns an fa_status; on failure nothing has been written to any output and
  * fa_last_error_message() says which argument was wrong and what was expected.
- * What each call computes: SPEC.md; layouts: flashattn.hpp. */
+ * What each call computes: docs/contract.md; layouts: flashattn.hpp. */
 #ifndef FLASHATTN_FLASHATTN_H_
 #define FLASHATTN_FLASHATTN_H_
 
@@ -27,7 +27,7 @@ extern "C" {
 /* Values equal those of the C++ enums. */
 typedef enum fa_status {
   FA_OK = 0,
-  FA_INVALID_ARGUMENT = 1, /* the call violates SPEC.md */
+  FA_INVALID_ARGUMENT = 1, /* the call violates docs/contract.md */
   FA_UNSUPPORTED = 2,      /* valid, but not available on this backend/device/build */
   FA_CUDA_ERROR = 3,
   FA_INTERNAL = 4
@@ -37,7 +37,7 @@ typedef enum fa_dtype { FA_F32 = 0, FA_F16 = 1, FA_BF16 = 2, FA_I32 = 3 } fa_dty
 typedef enum fa_device_type { FA_CPU = 0, FA_CUDA = 1 } fa_device_type;
 typedef enum fa_backend {
   FA_BACKEND_AUTO = 0,      /* CUDA for device tensors, the CPU otherwise */
-  FA_BACKEND_REFERENCE = 1, /* the literal SPEC.md implementation: tests only */
+  FA_BACKEND_REFERENCE = 1, /* the literal docs/contract.md implementation: tests only */
   FA_BACKEND_CPU = 2,
   FA_BACKEND_CUDA = 3
 } fa_backend;
@@ -55,7 +55,8 @@ typedef struct fa_tensor {
 } fa_tensor;
 
 typedef struct fa_options {
-  float softmax_scale; /* 0: 1/sqrt(head_dim) */
+  float softmax_scale; /* NaN (what fa_*_args_init sets): 1/sqrt(head_dim); any finite
+                          value is used as given, 0 included */
   int32_t causal;      /* nonzero: window_right = 0 */
   int32_t window_left; /* -1: unbounded */
   int32_t window_right;
@@ -112,7 +113,8 @@ typedef struct fa_kvcache_args {
   fa_options options;
 } fa_kvcache_args;
 
-/* Defaults: every tensor absent, windows -1, everything else 0. */
+/* Defaults: every tensor absent, windows -1, softmax_scale NaN (1/sqrt(head_dim)),
+ * everything else 0. */
 FLASHATTN_API void fa_forward_args_init(fa_forward_args* args);
 FLASHATTN_API void fa_backward_args_init(fa_backward_args* args);
 FLASHATTN_API void fa_kvcache_args_init(fa_kvcache_args* args);

@@ -5,7 +5,7 @@
 // stream is the caller's. No entry point allocates, synchronizes, throws or aborts:
 // each returns a `Status`, and on a rejected call nothing has been written.
 //
-// What each entry point computes is defined in SPEC.md; layouts in brief:
+// What each entry point computes is defined in docs/contract.md; layouts in brief:
 //   dense : q [b, sq, h, d]   k [b, sk, hk, d]   v [b, sk, hk, dv]   out [b, sq, h, dv]
 //           lse fp32 [b, h, sq]
 //   varlen: q [total_q, h, d] k/v [total_k, hk, d]  out [total_q, h, dv]
@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #ifndef FLASHATTN_API  // flashattn.h defines the same macro
@@ -28,7 +29,7 @@ namespace flashattn {
 
 enum class StatusCode : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,  // the call violates SPEC.md: fix the arguments
+  kInvalidArgument = 1,  // the call violates docs/contract.md: fix the arguments
   kUnsupported = 2,      // valid, but not available on this backend/device/build
   kCudaError = 3,        // the CUDA runtime reported an error
   kInternal = 4,         // a bug in flashattn: please report it
@@ -90,7 +91,9 @@ FLASHATTN_API const char* to_string(DType dtype);
 // ---------------------------------------------------------------- options -----------
 
 struct AttentionOptions {
-  float softmax_scale = 0.f;  // 0 means 1/sqrt(d)
+  // Unset: 1/sqrt(d). Any finite value is used as given, 0 included (every score is then
+  // 0, as in FlashAttention-2 with softmax_scale=0.0).
+  std::optional<float> softmax_scale;
   bool causal = false;        // same as window_right = 0 (bottom-right aligned)
   int window_left = -1;       // -1: unbounded
   int window_right = -1;      // -1: unbounded
@@ -114,7 +117,7 @@ struct VarlenLayout {
 
 enum class Backend : int32_t {
   kAuto = 0,       // CUDA for device tensors, the CPU otherwise
-  kReference = 1,  // the literal SPEC.md implementation (fp64, materializes scores): tests only
+  kReference = 1,  // docs/contract.md as code (fp64, materializes scores): tests only
   kCpu = 2,        // the CPU backend
   kCuda = 3,       // the CUDA kernels
 };

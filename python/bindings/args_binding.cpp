@@ -2,6 +2,7 @@
 // same structs a C++ caller would (defaults included) and no positional signature grows
 // with every option.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 
 #include <cstdint>
 

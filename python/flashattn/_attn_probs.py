@@ -1,5 +1,5 @@
 """The attention probabilities of return_attn_probs, materialized in numpy (testing only,
-as in FlashAttention-2): softmax(scores) per SPEC.md, with the elements dropout removed
+as in FlashAttention-2): softmax(scores) per docs/contract.md, with the elements dropout removed
 negated, in [batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128]."""
 import numpy as np
 
@@ -11,7 +11,7 @@ def _round128(n):
 
 
 def _visible(rows, cols, window, causal):
-    """bool [rows, cols]: SPEC.md step 4, bottom-right aligned."""
+    """bool [rows, cols]: docs/contract.md step 4, bottom-right aligned."""
     left, right = window
     if causal:
         right = 0

@@ -11,6 +11,31 @@ from ._errors import invalid_argument
 
 _Q_LAYOUT = {False: "[batch, seqlen_q, nheads, head_dim]",
              True: "[total_q, nheads, head_dim] (varlen)"}
+_K_LAYOUT = {False: "[batch, seqlen_k, nheads_k, head_dim]",
+             True: "[total_k, nheads_k, head_dim] (varlen)"}
+_INT32 = (-2**31, 2**31 - 1)
+
+
+def int32(value, name):
+    """`value` as a Python int, or the library's kind of error when it does not fit the
+    int32 the library takes (the binding would only say "incompatible arguments")."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise invalid_argument(name, "an integer", repr(value)) from None
+    if not _INT32[0] <= number <= _INT32[1]:
+        raise invalid_argument(name, "an integer that fits int32 (|x| < 2^31)", str(number))
+    return number
+
+
+def flash_attn_window(causal, window_size):
+    """flash-attn's rule: causal wins over a right window (the library's API rejects the
+    pair), so causal=True with window_size=(left, right) is (left, 0)."""
+    window = tuple(window_size)
+    if len(window) != 2:
+        raise invalid_argument("window_size", "a pair (left, right)", repr(window_size))
+    left, right = window
+    return (left, 0) if causal else (left, right)
 
 
 # The argument records are NamedTuples: they are built on every call, and a NamedTuple
@@ -32,13 +57,15 @@ class Options(NamedTuple):
         if len(window) != 2:
             raise invalid_argument("window_size", "a pair (left, right)", repr(self.window_size))
         options = _C.AttentionOptions()
-        # Always explicit: the library reads 0 as "default", and a padded head dim must not
-        # change the default.
-        options.softmax_scale = (head_dim ** -0.5 if self.softmax_scale is None
-                                 else float(self.softmax_scale))
+        # The default is made explicit here, from the head dim the caller passed. Left unset
+        # (None) only for a head dim the library will reject with its own message.
+        if self.softmax_scale is not None:
+            options.softmax_scale = float(self.softmax_scale)
+        elif head_dim > 0:
+            options.softmax_scale = head_dim ** -0.5
         options.causal = bool(self.causal)
-        options.window_left = int(window[0])
-        options.window_right = int(window[1])
+        options.window_left = int32(window[0], "window_size[0]")
+        options.window_right = int32(window[1], "window_size[1]")
         options.softcap = float(self.softcap)
         options.alibi_slopes = adapter.describe(self.alibi_slopes, "alibi_slopes")
         options.dropout_p = float(self.dropout_p)
@@ -61,14 +88,56 @@ class Varlen(NamedTuple):
         layout.cu_seqlens_q = adapter.describe(self.cu_seqlens_q, "cu_seqlens_q")
         layout.cu_seqlens_k = adapter.describe(self.cu_seqlens_k, "cu_seqlens_k")
         layout.seqused_k = adapter.describe(self.seqused_k, "seqused_k")
-        layout.max_seqlen_q = int(self.max_seqlen_q)
-        layout.max_seqlen_k = int(self.max_seqlen_k)
+        layout.max_seqlen_q = int32(self.max_seqlen_q, "max_seqlen_q")
+        layout.max_seqlen_k = int32(self.max_seqlen_k, "max_seqlen_k")
         return layout
 
 
 def expect_rank(array, name, rank, layout):
+    if array is None:
+        raise invalid_argument(name, f"an array {layout}", "None")
     if array.ndim != rank:
         raise invalid_argument(name, f"rank {rank} {layout}", f"shape {tuple(array.shape)}")
+
+
+def expect_attention_ranks(q, k, v, varlen):
+    """q, k and v present with the layout's rank: the shapes of the outputs are read from
+    them before the library sees the call."""
+    packed = varlen is not None
+    rank = 3 if packed else 4
+    expect_rank(q, "q", rank, _Q_LAYOUT[packed])
+    expect_rank(k, "k", rank, _K_LAYOUT[packed])
+    expect_rank(v, "v", rank, _K_LAYOUT[packed])
+
+
+def _allocate(make_outputs, explain):
+    """make_outputs(), or, when the outputs do not fit in memory, the library's error for
+    the call if it has one (a huge shape is usually an invalid one): explain() describes
+    the call without outputs of its own and asks the library to validate it."""
+    try:
+        return make_outputs()
+    except MemoryError:
+        explain()
+        raise
+
+
+def _validate_only(entry_args, adapter, like):
+    """Validation without running: workspace_size raises the library's exception for an
+    invalid call and writes nothing."""
+    _C.workspace_size(entry_args, _C.Backend.CUDA if adapter.is_cuda(like) else _C.Backend.CPU)
+
+
+def _stand_in(adapter, like, shape, name, float32=False):
+    """A description of an output that was not allocated: `like`'s memory, read by nothing
+    (only validation sees it), with the output's dtype, shape and contiguous strides."""
+    described = adapter.describe(like, name)
+    dtype = _C.DType.F32 if float32 else described.dtype
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return _C.Tensor(described.data, dtype, list(shape), strides[::-1],
+                     described.device_type, described.device_index)
 
 
 def lse_shape(q, varlen):
@@ -87,19 +156,26 @@ def _run(entry, args, adapter, like):
 
 def forward(adapter, q, k, v, options, varlen=None, out=None):
     """Returns (out, lse); `out`, when given, is the output to write (any strides)."""
-    expect_rank(q, "q", 3 if varlen else 4, _Q_LAYOUT[varlen is not None])
-    if out is None:
-        out = adapter.empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
-    lse = adapter.empty(q, lse_shape(q, varlen), float32=True)
+    expect_attention_ranks(q, k, v, varlen)
     args = _C.ForwardArgs()
     args.q = adapter.describe(q, "q")
     args.k = adapter.describe(k, "k")
     args.v = adapter.describe(v, "v")
-    args.out = adapter.describe(out, "out")
-    args.lse = adapter.describe(lse, "lse")
     if varlen is not None:
         args.varlen = varlen.to_c(adapter)
     args.options = options.to_c(adapter, q.shape[-1])
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+
+    def explain():
+        args.out = _stand_in(adapter, q, out_shape, "out")
+        args.lse = _stand_in(adapter, q, lse_shape(q, varlen), "lse", float32=True)
+        _validate_only(args, adapter, q)
+
+    out, lse = _allocate(lambda: (adapter.empty(q, out_shape) if out is None else out,
+                                  adapter.empty(q, lse_shape(q, varlen), float32=True)),
+                         explain)
+    args.out = adapter.describe(out, "out")
+    args.lse = adapter.describe(lse, "lse")
     _run(_C.forward, args, adapter, q)
     return out, lse
 
@@ -108,18 +184,27 @@ def backward(adapter, dout, q, k, v, out, lse, options, varlen=None, determinist
              grads=None):
     """Returns (dq, dk, dv) in the shapes of q, k and v: contiguous, or `grads` (any
     strides) when given."""
-    expect_rank(q, "q", 3 if varlen else 4, _Q_LAYOUT[varlen is not None])
-    if grads is None:
-        grads = tuple(adapter.empty(x, tuple(x.shape)) for x in (q, k, v))
-    dq, dk, dv = grads
+    expect_attention_ranks(q, k, v, varlen)
     args = _C.BackwardArgs()
     for field, array in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out),
-                         ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
+                         ("lse", lse)):
         setattr(args, field, adapter.describe(array, field))
     if varlen is not None:
         args.varlen = varlen.to_c(adapter)
     args.options = options.to_c(adapter, q.shape[-1])
     args.deterministic = bool(deterministic)
+
+    def explain():
+        for field, x in (("dq", q), ("dk", k), ("dv", v)):
+            setattr(args, field, _stand_in(adapter, x, tuple(x.shape), field))
+        _validate_only(args, adapter, q)
+
+    if grads is None:
+        grads = _allocate(lambda: tuple(adapter.empty(x, tuple(x.shape)) for x in (q, k, v)),
+                          explain)
+    dq, dk, dv = grads
+    for field, array in (("dq", dq), ("dk", dk), ("dv", dv)):
+        setattr(args, field, adapter.describe(array, field))
     _run(_C.backward, args, adapter, q)
     return dq, dk, dv
 
@@ -144,11 +229,12 @@ class KVCache(NamedTuple):
 def forward_kvcache(adapter, q, cache, options):
     """Returns (out, lse); appends cache.k / cache.v to the caches in place."""
     expect_rank(q, "q", 4, _Q_LAYOUT[False])
+    cache_layout = "[batch_cache, seqlen_cache, nheads_k, head_dim] (or paged)"
+    expect_rank(cache.k_cache, "k_cache", 4, cache_layout)
+    expect_rank(cache.v_cache, "v_cache", 4, cache_layout)
     if cache.k is not None:
         adapter.expect_writable(cache.k_cache, "k_cache")
         adapter.expect_writable(cache.v_cache, "v_cache")
-    out = adapter.empty(q, tuple(q.shape[:-1]) + (cache.v_cache.shape[-1],))
-    lse = adapter.empty(q, lse_shape(q, None), float32=True)
     args = _C.KVCacheArgs()
     args.q = adapter.describe(q, "q")
     for field in ("k_cache", "v_cache", "cache_seqlens", "rotary_cos", "rotary_sin",
@@ -157,9 +243,18 @@ def forward_kvcache(adapter, q, cache, options):
     args.k_new = adapter.describe(cache.k, "k")
     args.v_new = adapter.describe(cache.v, "v")
     args.rotary_interleaved = bool(cache.rotary_interleaved)
-    args.num_splits = int(cache.num_splits)
+    args.num_splits = int32(cache.num_splits, "num_splits")
+    args.options = options.to_c(adapter, q.shape[-1])
+    out_shape = tuple(q.shape[:-1]) + (cache.v_cache.shape[-1],)
+
+    def explain():
+        args.out = _stand_in(adapter, q, out_shape, "out")
+        args.lse = _stand_in(adapter, q, lse_shape(q, None), "lse", float32=True)
+        _validate_only(args, adapter, q)
+
+    out, lse = _allocate(lambda: (adapter.empty(q, out_shape),
+                                  adapter.empty(q, lse_shape(q, None), float32=True)), explain)
     args.out = adapter.describe(out, "out")
     args.lse = adapter.describe(lse, "lse")
-    args.options = options.to_c(adapter, q.shape[-1])
     _run(_C.forward_kvcache, args, adapter, q)
     return out, lse

@@ -16,6 +16,8 @@ _DTYPES = {
 
 
 def _dtype_of(array):
+    if not array.dtype.isnative:
+        return None
     dtype = _DTYPES.get(array.dtype)
     if dtype is None and array.dtype.name == "bfloat16":
         dtype = _C.DType.BF16
@@ -45,6 +47,9 @@ class NumpyArrays:
             raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
         dtype = _dtype_of(array)
         if dtype is None:
+            if not array.dtype.isnative:
+                raise invalid_argument(name, "an array in the machine's byte order",
+                                       f"byte-swapped {array.dtype.name} ({array.dtype.str})")
             raise invalid_argument(name, "dtype float32, float16, bfloat16 (or int32 for indices)",
                                    array.dtype.name)
         if not _is_describable(array):
@@ -81,8 +86,8 @@ class NumpyArrays:
             return None
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
-        if array.size and (array.strides[-1] != array.itemsize and array.shape[-1] != 1
-                           or not _is_describable(array)):
+        last_strided = array.ndim and array.strides[-1] != array.itemsize and array.shape[-1] != 1
+        if array.size and (last_strided or not _is_describable(array)):
             return np.ascontiguousarray(array)
         return array
 
@@ -94,6 +99,12 @@ class NumpyArrays:
         array = np.asarray(values)
         if array.dtype.kind not in "iu":
             raise invalid_argument(name, "an integer array (int32)", array.dtype.name)
+        if array.dtype != np.int32 and array.size:
+            outside = (array < -2**31) | (array > 2**31 - 1)
+            if outside.any():
+                where = tuple(int(i) for i in np.argwhere(outside)[0])
+                raise invalid_argument(name, "values that fit int32 (|x| < 2^31)",
+                                       f"{int(array[where])} at {list(where)}")
         return np.ascontiguousarray(array, dtype=np.int32)
 
     @staticmethod

@@ -14,7 +14,10 @@ adapter = TorchTensors
 
 
 def _scale(q, options):
-    return options.softmax_scale if options.softmax_scale is not None else q.shape[-1] ** -0.5
+    """The ops take an explicit scale. A head dim of 0 gets any (the library rejects it)."""
+    if options.softmax_scale is not None:
+        return options.softmax_scale
+    return q.shape[-1] ** -0.5 if q.shape[-1] > 0 else 1.0
 
 
 def attention(q, k, v, varlen, options, deterministic):

@@ -102,6 +102,15 @@ class TorchTensors:
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
             raise invalid_argument(name, "an integer tensor (int32)",
                                    str(values.dtype).replace("torch.", ""))
+        if values.dtype != torch.int32 and values.numel():
+            # Other integer dtypes are converted; a value that does not fit int32 would wrap.
+            # (Reading the check's result is a host sync for CUDA tensors, as any conversion
+            # that must be validated is: pass int32 to avoid it.)
+            outside = (values < -2**31) | (values > 2**31 - 1)
+            if bool(outside.any()):
+                where = [int(i) for i in outside.nonzero()[0]]
+                raise invalid_argument(name, "values that fit int32 (|x| < 2^31)",
+                                       f"{int(values[tuple(where)])} at {where}")
         return values.to(torch.int32).contiguous()
 
     @staticmethod

@@ -7,6 +7,7 @@ forward and the backward."""
 import numpy as np
 
 from . import _calls
+from ._errors import invalid_argument
 from ._numpy_arrays import NumpyArrays
 
 __all__ = ["forward", "backward", "forward_kvcache"]
@@ -14,6 +15,10 @@ __all__ = ["forward", "backward", "forward_kvcache"]
 
 def _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k):
     if cu_seqlens_q is None:
+        for value, name in ((cu_seqlens_k, "cu_seqlens_k"), (seqused_k, "seqused_k")):
+            if value is not None:
+                raise invalid_argument("cu_seqlens_q", f"an array, since {name} is given "
+                                       "(packed layout)", "None")
         return None
     cu_q = NumpyArrays.indices(cu_seqlens_q, "cu_seqlens_q")
     cu_k = NumpyArrays.indices(cu_seqlens_k, "cu_seqlens_k")
@@ -26,8 +31,9 @@ def _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k):
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
              dropout_seed, dropout_offset):
-    return _calls.Options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
-                          dropout_seed, dropout_offset)
+    """The options as flash_attn_func reads them (causal wins over a right window)."""
+    return _calls.Options(softmax_scale, causal, _calls.flash_attn_window(causal, window_size),
+                          softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset)
 
 
 def forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,

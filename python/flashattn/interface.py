@@ -3,17 +3,20 @@ defaults, layouts and return values.
 
 torch tensors run the library's CUDA kernels (CUDA tensors) or its CPU backend (CPU
 tensors), through torch custom ops with autograd; numpy arrays run the CPU backend,
-forward only. Differences from flash-attn 2.8: softmax_scale=0.0 means the default
-1/sqrt(head_dim) (the library reads 0 as "default"); head dims need not be multiples of 8
-(the library pads them itself); return_attn_probs materializes the probabilities on the
-host, and, as in flash-attn, only when dropout_p > 0 (else an empty tensor).
+forward only. softmax_scale=None means 1/sqrt(head_dim) and any number, 0.0 included, is
+used as given, as in flash-attn. Differences from flash-attn 2.8: head dims need not be
+multiples of 8 (the library pads them itself); return_attn_probs materializes the
+probabilities on the host, and, as in flash-attn, only when dropout_p > 0 (else an empty
+tensor).
 """
 import sys
 
 import numpy as np
 
 from . import _numpy_frontend, _paged
-from ._calls import KVCache, Options, Varlen
+from ._calls import (KVCache, Options, Varlen, expect_attention_ranks, flash_attn_window,
+                     int32)
+from ._calls import expect_rank as _calls_expect_rank
 from ._errors import invalid_argument
 
 __all__ = [
@@ -28,12 +31,7 @@ __all__ = [
 
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p=0.0):
-    """As flash-attn, causal wins over a right window (the library's API rejects the pair)."""
-    window = tuple(window_size)
-    if len(window) != 2:
-        raise invalid_argument("window_size", "a pair (left, right)", repr(window_size))
-    left, right = window
-    return Options(softmax_scale, causal, (left, 0 if causal else right), softcap,
+    return Options(softmax_scale, causal, flash_attn_window(causal, window_size), softcap,
                    alibi_slopes, dropout_p)
 
 
@@ -47,9 +45,17 @@ def _frontend(q):
     raise TypeError(f"q: expected a torch.Tensor or a numpy array, got {type(q).__name__}")
 
 
+def _required(*named):
+    for array, name in named:
+        if array is None:
+            raise invalid_argument(name, "an array", "None")
+
+
 def _attention(q, k, v, varlen, options, deterministic, return_attn_probs):
+    _required((q, "q"), (k, "k"), (v, "v"))
     frontend = _frontend(q)
     q, k, v = (frontend.adapter.readable(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+    expect_attention_ranks(q, k, v, varlen)
     out, lse, rng = frontend.attention(q, k, v, varlen, options, deterministic)
     if not return_attn_probs:
         return out
@@ -61,7 +67,8 @@ def _attention(q, k, v, varlen, options, deterministic, return_attn_probs):
 def _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None):
     indices = _frontend(q).adapter.indices
     return Varlen(indices(cu_seqlens_q, "cu_seqlens_q"), indices(cu_seqlens_k, "cu_seqlens_k"),
-                  int(max_seqlen_q), int(max_seqlen_k), indices(seqused_k, "seqused_k"))
+                  int32(max_seqlen_q, "max_seqlen_q"), int32(max_seqlen_k, "max_seqlen_k"),
+                  indices(seqused_k, "seqused_k"))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -101,9 +108,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     nheads_k, d] holding cu_seqlens_k's keys. seqused_k [batch] (FlashAttention-3's
     argument, not 2.8's): sequence b attends to only its first seqused_k[b] keys."""
     if block_table is not None:
+        _required((q, "q"), (k, "k"), (v, "v"))
         frontend = _frontend(q)
-        k = _paged.gather(frontend, k, block_table, cu_seqlens_k)
-        v = _paged.gather(frontend, v, block_table, cu_seqlens_k)
+        k = _paged.gather(frontend, k, block_table, cu_seqlens_k, "k")
+        v = _paged.gather(frontend, v, block_table, cu_seqlens_k, "v")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p)
     if seqused_k is not None and return_attn_probs and dropout_p > 0:
         raise invalid_argument("seqused_k", "None when return_attn_probs materializes the "
@@ -157,9 +165,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     block_table). k/v [batch, seqlen_new, nheads_k, d], when given, are written into the
     caches in place at cache_seqlens first (rotated by rotary_cos/sin when given).
     Returns out, or (out, lse [batch, nheads, seqlen_q]) with return_softmax_lse."""
+    _required((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"))
     frontend = _frontend(q)
     adapter = frontend.adapter
     q, k, v = (adapter.readable(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+    _calls_expect_rank(q, "q", 4, "[batch, seqlen_q, nheads, head_dim]")
     cache = KVCache(
         k_cache, v_cache, _cache_seqlens(adapter, q, k_cache, block_table, k, cache_seqlens),
         k, v, rotary_cos, rotary_sin, adapter.indices(cache_batch_idx, "cache_batch_idx"),

@@ -1,5 +1,7 @@
 // The C ABI (flashattn.h) over the C++ API: field-by-field conversions, a thread-local
 // message of the last failure, and no exception ever crossing into C.
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -20,11 +22,27 @@ static_assert(FA_BACKEND_CUDA == static_cast<int>(Backend::kCuda), "backends mus
 
 thread_local std::string last_error;
 
+// The integer a C enum field holds. A C caller may store any value there (a wrong one
+// included, which validation must report), but in C++ reading a value outside the enum's
+// range through the enum type is undefined, so the field's bytes are read as an integer.
+template <class CEnum>
+int32_t enum_value(const CEnum& field) {
+  static_assert(sizeof(CEnum) == sizeof(int32_t), "C enums are int-sized here");
+  int32_t value;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
+
+Backend backend_of(const fa_backend& backend) {
+  return static_cast<Backend>(enum_value(backend));
+}
+
 Tensor to_cpp(const fa_tensor& t) {
   Tensor out;
   out.data = t.data;
-  out.dtype = static_cast<DType>(t.dtype);
-  out.device = Device{static_cast<DeviceType>(t.device_type), t.device_index};
+  // DType and DeviceType have int32_t as their underlying type: every value is valid.
+  out.dtype = static_cast<DType>(enum_value(t.dtype));
+  out.device = Device{static_cast<DeviceType>(enum_value(t.device_type)), t.device_index};
   out.rank = t.rank;  // kept as given: validation reports a rank outside 1..4
   for (int d = 0; d < kMaxRank; ++d) {
     out.shape[d] = t.shape[d];
@@ -35,7 +53,7 @@ Tensor to_cpp(const fa_tensor& t) {
 
 AttentionOptions to_cpp(const fa_options& o) {
   AttentionOptions out;
-  out.softmax_scale = o.softmax_scale;
+  if (!std::isnan(o.softmax_scale)) out.softmax_scale = o.softmax_scale;
   out.causal = o.causal != 0;
   out.window_left = o.window_left;
   out.window_right = o.window_right;
@@ -60,7 +78,7 @@ VarlenLayout to_cpp(const fa_varlen& v) {
 Launch to_cpp(const fa_launch* l) {
   Launch out;
   if (l == nullptr) return out;
-  out.backend = static_cast<Backend>(l->backend);
+  out.backend = backend_of(l->backend);
   out.stream = l->stream;
   out.workspace = l->workspace;
   out.workspace_bytes = l->workspace_bytes;
@@ -143,6 +161,7 @@ fa_status guarded(std::initializer_list<std::pair<const void*, const char*>> poi
 fa_options default_options() {
   fa_options o;
   std::memset(&o, 0, sizeof o);
+  o.softmax_scale = NAN;
   o.window_left = -1;
   o.window_right = -1;
   return o;
@@ -206,37 +225,37 @@ fa_status fa_forward_kvcache(const fa_kvcache_args* args, const fa_launch* launc
 fa_status fa_workspace_size_forward(const fa_forward_args* args, fa_backend backend,
                                     size_t* bytes) {
   return guarded({{args, "args"}, {bytes, "bytes"}}, [&] {
-    return workspace_size(to_cpp(*args), static_cast<Backend>(backend), bytes);
+    return workspace_size(to_cpp(*args), backend_of(backend), bytes);
   });
 }
 
 fa_status fa_workspace_size_backward(const fa_backward_args* args, fa_backend backend,
                                      size_t* bytes) {
   return guarded({{args, "args"}, {bytes, "bytes"}}, [&] {
-    return workspace_size(to_cpp(*args), static_cast<Backend>(backend), bytes);
+    return workspace_size(to_cpp(*args), backend_of(backend), bytes);
   });
 }
 
 fa_status fa_workspace_size_kvcache(const fa_kvcache_args* args, fa_backend backend,
                                     size_t* bytes) {
   return guarded({{args, "args"}, {bytes, "bytes"}}, [&] {
-    return workspace_size(to_cpp(*args), static_cast<Backend>(backend), bytes);
+    return workspace_size(to_cpp(*args), backend_of(backend), bytes);
   });
 }
 
 fa_status fa_supported_forward(const fa_forward_args* args, fa_backend backend) {
   return guarded({{args, "args"}},
-                 [&] { return supported(to_cpp(*args), static_cast<Backend>(backend)); });
+                 [&] { return supported(to_cpp(*args), backend_of(backend)); });
 }
 
 fa_status fa_supported_backward(const fa_backward_args* args, fa_backend backend) {
   return guarded({{args, "args"}},
-                 [&] { return supported(to_cpp(*args), static_cast<Backend>(backend)); });
+                 [&] { return supported(to_cpp(*args), backend_of(backend)); });
 }
 
 fa_status fa_supported_kvcache(const fa_kvcache_args* args, fa_backend backend) {
   return guarded({{args, "args"}},
-                 [&] { return supported(to_cpp(*args), static_cast<Backend>(backend)); });
+                 [&] { return supported(to_cpp(*args), backend_of(backend)); });
 }
 
 const char* fa_version(void) { return version(); }

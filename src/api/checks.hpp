@@ -1,6 +1,6 @@
 // The vocabulary validation is written in: each helper checks one property of one
 // argument and, on failure, returns the standard message
-//   "<argument>: expected <what SPEC.md requires>, got <what the call passed>".
+//   "<argument>: expected <what docs/contract.md requires>, got <what the call passed>".
 // Keeping the wording in one place is what makes every error look the same.
 #pragma once
 

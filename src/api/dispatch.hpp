@@ -1,4 +1,4 @@
-// The one decision of what runs (ARCHITECTURE.md principle 6). make_plan resolves
+// The one decision of what runs (docs/design.md: one kernel choice). make_plan resolves
 // Backend::kAuto, validates, and asks the chosen backend whether it can run the call;
 // supported() returns exactly its status and the entry points run exactly its plan, so
 // "is this supported?" never disagrees with what runs.

@@ -1,8 +1,8 @@
-// Validation: every argument of a call is checked against SPEC.md ("Errors") before
+// Validation: every argument of a call is checked against docs/contract.md ("Errors") before
 // anything runs, and the torch-free Params the backends read are filled from it. Nothing
 // here writes to a caller's buffer, so a rejected call leaves every output untouched.
 //
-// Codes: kInvalidArgument for a call that violates SPEC.md; kUnsupported for a valid call
+// Codes: kInvalidArgument for a call that violates docs/contract.md; kUnsupported for a valid call
 // the chosen backend cannot run (fp32 on CUDA, d_v != d for now).
 #pragma once
 

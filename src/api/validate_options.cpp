@@ -1,4 +1,4 @@
-// AttentionOptions: scale, window/causal, softcap, dropout, ALiBi (SPEC.md steps 1-6).
+// AttentionOptions: scale, window/causal, softcap, dropout, ALiBi (docs/contract.md steps 1-6).
 #include <cmath>
 
 #include "api/validate_parts.hpp"
@@ -42,9 +42,9 @@ Status check_alibi(const Tensor& slopes, const Sizes& s) {
 }  // namespace
 
 Status check_options(const AttentionOptions& o, const Sizes& sizes) {
-  if (!std::isfinite(o.softmax_scale)) {
-    return invalid("options.softmax_scale", "a finite value (0: 1/sqrt(head_dim))",
-                   to_text(o.softmax_scale));
+  if (o.softmax_scale && !std::isfinite(*o.softmax_scale)) {
+    return invalid("options.softmax_scale", "a finite value (unset: 1/sqrt(head_dim))",
+                   to_text(*o.softmax_scale));
   }
   FA_RETURN_IF_ERROR(check_window(o));
   if (!(o.softcap >= 0.f) || !std::isfinite(o.softcap)) {
@@ -57,8 +57,8 @@ Status check_options(const AttentionOptions& o, const Sizes& sizes) {
 }
 
 void fill_options(const AttentionOptions& o, const Sizes& sizes, core::AttentionParams* p) {
-  const double scale = o.softmax_scale != 0.f
-                           ? o.softmax_scale
+  const double scale = o.softmax_scale
+                           ? *o.softmax_scale
                            : 1.0 / std::sqrt(static_cast<double>(sizes.head_dim));
   p->scale = static_cast<float>(scale);
   p->scale_log2 = static_cast<float>(scale * kLog2e);

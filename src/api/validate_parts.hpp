@@ -41,7 +41,7 @@ Status check_total_q(const Sizes& sizes);
 // d (q and k) and d_v (v and out) within 1..256.
 Status check_head_dims(int64_t head_dim, int64_t head_dim_v, const char* v_name);
 
-// Scale, window/causal, softcap, dropout and ALiBi slopes against SPEC.md.
+// Scale, window/causal, softcap, dropout and ALiBi slopes against docs/contract.md.
 Status check_options(const AttentionOptions& options, const Sizes& sizes);
 // The resolved options: default scale, scale * log2(e), causal folded into the window,
 // the dropout threshold and rescale, the ALiBi pointer and batch stride.

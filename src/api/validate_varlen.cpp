@@ -76,7 +76,7 @@ Status check_dense_has_no_varlen(const VarlenLayout& varlen) {
 }
 
 // Device-resident offsets cannot be read without a copy and a synchronization, which the
-// library never does on the launch path (ARCHITECTURE.md principle 10): for those only the
+// library never does on the launch path (docs/design.md: nothing synchronizes): for those only the
 // length and dtype above are checked, and the kernels trust the contents.
 Status check_varlen_contents(const VarlenLayout& varlen, const Sizes& sizes) {
   if (on_host(varlen.cu_seqlens_q)) {

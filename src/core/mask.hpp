@@ -1,4 +1,4 @@
-// Visibility and position bias, shared by every backend (SPEC.md steps 3 and 4).
+// Visibility and position bias, shared by every backend (docs/contract.md steps 3 and 4).
 // Row i of a sequence with seqlen_q queries and seqlen_k keys is aligned to the bottom
 // right: its "diagonal" key is i + seqlen_k - seqlen_q.
 #pragma once

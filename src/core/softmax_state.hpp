@@ -9,11 +9,12 @@
 
 namespace flashattn::core {
 
-// log(exp(a) + exp(b)) without overflow; -inf when both are -inf.
+// log(exp(a) + exp(b)) without overflow; -inf when both are -inf, NaN when either is NaN
+// (a NaN compares false, so it lands in `hi` or, beside -inf, in `lo`).
 FA_HOST_DEVICE float log_add_exp(float a, float b) {
   const float hi = a > b ? a : b;
   const float lo = a > b ? b : a;
-  if (hi == -INFINITY) return -INFINITY;
+  if (hi == -INFINITY) return lo;
   return hi + log1pf(expf(lo - hi));
 }
 
@@ -42,9 +43,11 @@ struct SoftmaxRow {
   FA_HOST_DEVICE float weight(float score) const {
     return max == -INFINITY ? 0.f : expf(score - max);
   }
-  // 1 / sum, and 0 for a row that saw no visible key (its output is 0, not NaN).
-  FA_HOST_DEVICE float inverse_sum() const { return sum > 0.f ? 1.f / sum : 0.f; }
-  FA_HOST_DEVICE float lse() const { return sum > 0.f ? max + logf(sum) : -INFINITY; }
+  // 1 / sum, and 0 for a row that saw no visible key (its output is 0, not NaN). A NaN
+  // score makes the sum NaN, and the NaN goes on into the output and the lse (SPEC: it
+  // propagates through the keys the row sees); only a sum of exactly 0 means no key.
+  FA_HOST_DEVICE float inverse_sum() const { return sum == 0.f ? 0.f : 1.f / sum; }
+  FA_HOST_DEVICE float lse() const { return sum == 0.f ? -INFINITY : max + logf(sum); }
 };
 
 }  // namespace flashattn::core

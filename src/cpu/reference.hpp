@@ -1,4 +1,4 @@
-// The literal implementation of SPEC.md: scores materialized per row, fp64 accumulation,
+// The literal implementation of docs/contract.md: scores materialized per row, fp64 accumulation,
 // analytic gradients. For tests and `--check` only; host memory only. Inputs are read
 // through the strides of the params; outputs are written in their dtype.
 #pragma once
@@ -11,7 +11,7 @@ namespace flashattn::cpu {
 enum class ReferencePrecision {
   kExact,             // fp64 throughout
   kLowPrecisionNaive  // the naive algorithm in fp32 with P rounded to the input dtype:
-                      // the yardstick of the tolerance rule (ARCHITECTURE.md)
+                      // the yardstick of the tolerance rule (docs/design.md)
 };
 
 Status reference_forward(const core::AttentionParams& params,

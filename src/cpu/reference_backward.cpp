@@ -1,4 +1,4 @@
-// reference_backward: analytic gradients of SPEC.md's function. One task per (sequence,
+// reference_backward: analytic gradients of docs/contract.md's function. One task per (sequence,
 // KV head) so the query heads of a GQA group sum into dk/dv without sharing them between
 // threads.
 #include <cstdint>

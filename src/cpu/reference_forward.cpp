@@ -1,4 +1,4 @@
-// reference_forward: SPEC.md's function, one (sequence, query head) per task.
+// reference_forward: docs/contract.md's function, one (sequence, query head) per task.
 #include <cstdint>
 #include <vector>
 

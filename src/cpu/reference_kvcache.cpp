@@ -1,4 +1,4 @@
-// reference_forward_kvcache: SPEC.md "Inference with a KV cache". The new keys/values are
+// reference_forward_kvcache: docs/contract.md "Decoding with a KV cache". The new keys/values are
 // appended (rotated) into the cache first, then each (batch entry, query head) attends
 // over its cache positions [leftpad, cache_seqlens[b] + seqlen_new) as logical keys
 // 0 .. sk-1.

@@ -51,7 +51,7 @@ Real scaled_dot(const HeadRule& rule, const Matrix<Real>& q, const Matrix<Real>&
   return static_cast<Real>(rule.scale) * dot(q.row(i), k.row(j), q.cols());
 }
 
-// SPEC.md steps 2 and 3 applied to scale * q.k.
+// docs/contract.md steps 2 and 3 applied to scale * q.k.
 template <typename Real>
 Real final_score(const HeadRule& rule, Real scaled, int i, int j) {
   Real s = scaled;

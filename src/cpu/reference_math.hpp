@@ -1,4 +1,4 @@
-// The arithmetic of SPEC.md for one (batch, query head): dense matrices in, dense
+// The arithmetic of docs/contract.md for one (batch, query head): dense matrices in, dense
 // matrices out, no layouts. `Real` is double for ReferencePrecision::kExact and float for
 // kLowPrecisionNaive; in the latter the intermediates a kernel keeps in the input dtype
 // (P before P.V, dS before dS.K and dS^T.Q) are rounded to it, so the result measures how
@@ -33,7 +33,7 @@ class Matrix {
 };
 
 // How row i of one (batch, head) scores key j and which elements dropout keeps
-// (SPEC.md steps 1-4 and 6), with the sequence's own lengths.
+// (docs/contract.md steps 1-4 and 6), with the sequence's own lengths.
 struct HeadRule {
   int seqlen_q = 0;
   int seqlen_k = 0;

@@ -102,7 +102,8 @@ static void test_defaults_and_queries(void) {
   fa_forward_args args;
   size_t bytes = 99;
   fa_forward_args_init(&args);
-  expect(args.options.window_left == -1 && args.options.window_right == -1 && args.lse.rank == 0,
+  expect(args.options.window_left == -1 && args.options.window_right == -1 && args.lse.rank == 0 &&
+             isnan(args.options.softmax_scale),
          "fa_forward_args_init sets the defaults");
   make_args(&args, HK);
   expect(fa_workspace_size_forward(&args, FA_BACKEND_CPU, &bytes) == FA_OK && bytes == 0,
@@ -112,12 +113,59 @@ static void test_defaults_and_queries(void) {
   expect(fa_version() != NULL && fa_version()[0] != '\0', "fa_version is set");
 }
 
+/* softmax_scale 0 is a scale of 0 (every score 0: out is the mean of v), not the default. */
+static void test_zero_scale_is_literal(void) {
+  fa_forward_args args;
+  double worst = 0.0;
+  make_args(&args, HK);
+  args.options.softmax_scale = 0.0f;
+  expect(fa_forward(&args, NULL) == FA_OK, "softmax_scale = 0 runs");
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < SQ; ++i) {
+        for (int d = 0; d < D; ++d) {
+          double mean = 0.0;
+          for (int j = 0; j < SK; ++j) mean += v[b][j][h / (H / HK)][d] / SK;
+          worst = fmax(worst, fabs(out[b][i][h][d] - mean));
+        }
+      }
+    }
+  }
+  expect(worst < 1e-5, "softmax_scale = 0 averages v uniformly");
+}
+
+/* A value outside an enum's list is rejected by name (and, under UBSan, is never loaded
+ * through the enum type). */
+static void test_out_of_range_enums(void) {
+  fa_forward_args args;
+  fa_launch launch;
+  int32_t bad = 7;
+  make_args(&args, HK);
+  memcpy(&args.k.dtype, &bad, sizeof bad);
+  expect(fa_forward(&args, NULL) == FA_INVALID_ARGUMENT &&
+             strncmp(fa_last_error_message(), "k: expected dtype fp32", 22) == 0,
+         "an unknown dtype value is rejected by name");
+  make_args(&args, HK);
+  memcpy(&args.v.device_type, &bad, sizeof bad);
+  expect(fa_forward(&args, NULL) == FA_INVALID_ARGUMENT &&
+             strncmp(fa_last_error_message(), "v:", 2) == 0,
+         "an unknown device type is rejected by name");
+  make_args(&args, HK);
+  fa_launch_init(&launch);
+  memcpy(&launch.backend, &bad, sizeof bad);
+  expect(fa_forward(&args, &launch) == FA_INVALID_ARGUMENT &&
+             strncmp(fa_last_error_message(), "launch.backend:", 15) == 0,
+         "an unknown backend is rejected by name");
+}
+
 int main(void) {
   fill_inputs();
   test_forward_matches_naive(FA_BACKEND_REFERENCE, "reference");
   test_forward_matches_naive(FA_BACKEND_CPU, "cpu");
   test_error_names_the_argument();
   test_defaults_and_queries();
+  test_zero_scale_is_literal();
+  test_out_of_range_enums();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

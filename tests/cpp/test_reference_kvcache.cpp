@@ -1,5 +1,5 @@
 // The reference forward_kvcache against facts that do not depend on it: naive attention
-// over the keys SPEC.md names (cached positions [leftpad, cache_seqlens) then the new
+// over the keys docs/contract.md names (cached positions [leftpad, cache_seqlens) then the new
 // ones), appends that touch nothing else, paged = contiguous, rotary = inputs rotated by
 // hand before the call.
 #include <gtest/gtest.h>

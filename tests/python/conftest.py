@@ -14,7 +14,7 @@ NUMPY_DTYPES = [np.dtype(np.float32), np.dtype(np.float16)] + (
     [BFLOAT16] if BFLOAT16 is not None else [])
 
 # Max abs error allowed against the float64 oracle computed on the same (rounded) inputs:
-# P and the output are rounded to the dtype inside the kernels (SPEC.md, FA2's rule).
+# P and the output are rounded to the dtype inside the kernels (docs/contract.md, FA2's rule).
 TOLERANCE = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
 

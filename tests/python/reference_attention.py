@@ -1,4 +1,4 @@
-"""A tiny literal attention in float64 numpy (SPEC.md, one (batch, head) at a time), the
+"""A tiny literal attention in float64 numpy (docs/contract.md, one (batch, head) at a time), the
 oracle of the Python tests. Layouts as flash_attn: q [b, sq, h, d], k/v [b, sk, hk, d]."""
 import numpy as np
 

@@ -40,14 +40,14 @@ def test_option_errors(rng, call, message):
 
 
 def test_causal_with_right_window(rng):
-    """The library's API rejects the pair; the flash_attn functions let causal win, as
-    flash-attn does."""
+    """The library's C++ API rejects the pair; the Python functions (flash_attn_* and
+    flashattn.arrays alike) let causal win, as flash-attn does."""
     q, k, v = _qkv(rng)
-    with pytest.raises(flashattn.InvalidArgumentError, match=r"window_right: expected 0 or -1"):
-        flashattn.arrays.forward(q, k, v, causal=True, window_size=(-1, 4))
+    expected = flashattn.flash_attn_func(q, k, v, causal=True, window_size=(3, 0))
     np.testing.assert_array_equal(
-        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(3, 4)),
-        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(3, 0)))
+        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(3, 4)), expected)
+    np.testing.assert_array_equal(
+        flashattn.arrays.forward(q, k, v, causal=True, window_size=(3, 4))[0], expected)
 
 
 def test_dtype_mismatch_and_unsupported_dtype(rng):

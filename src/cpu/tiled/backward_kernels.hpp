@@ -10,6 +10,7 @@
 #pragma once
 
 #include "cpu/tiled/gemm.hpp"
+#include "cpu/tiled/nonfinite.hpp"
 #include "cpu/tiled/scores.hpp"
 #include "cpu/tiled/tile_config.hpp"
 #include "cpu/tiled/tile_io.hpp"
@@ -34,6 +35,8 @@ struct BackwardTiles {
   float* lse;       // [kBlockQ]: lse, +inf for rows without keys and padding
   float* delta;     // [kBlockQ]: D = rowsum(dO * O)
   float* out_row;   // [dv_pad]
+  float* aside;     // [max(kBlockK, kBlockQ)][max(d_pad, dv_pad)]: an operand as loaded,
+                    // when its non-finite values are set aside (nonfinite.hpp)
   size_t floats;
 
   BackwardTiles(float* base, int head_dim, int head_dim_v)
@@ -56,6 +59,7 @@ struct BackwardTiles {
     lse = carve.take(kBlockQ);
     delta = carve.take(kBlockQ);
     out_row = carve.take(dv_pad);
+    aside = carve.take(static_cast<size_t>(std::max(kBlockK, kBlockQ)) * std::max(d_pad, dv_pad));
     floats = carve.used();
   }
 };
@@ -97,7 +101,9 @@ void load_query_block(const core::BackwardParams& params, const SequenceRows& se
 
 // From raw tiles t.p = K Q^T and t.ds = V dO^T of keys [key0, key0 + keys) and the loaded
 // query block: t.p becomes P, t.ds becomes scale * dS (softcap's chain rule included).
-// Returns the tile dV needs: P, or P * Z with dropout.
+// Returns the tile dV needs: P, or P * Z with dropout. In a partly masked tile the masked
+// pairs of P, P * Z and dS are set to exactly 0: computed, they would be 0 * NaN there when
+// the row's lse, D, dO or the key's V is not finite.
 inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, int key0,
                                    int keys, const BackwardTiles& t) {
   const int cols = round_up_lanes(rows);
@@ -120,7 +126,40 @@ inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, in
       store(ds + c, grad * scale);
     }
   }
+  if (!rule.block_fully_visible(row0, rows, key0, keys)) {
+    for (int c = 0; c < rows; ++c) {
+      const core::KeyRange visible = rule.visible(row0 + c);
+      const int first = std::clamp(visible.begin - key0, 0, keys);
+      const int last = std::clamp(visible.end - key0, first, keys);
+      for (int j = 0; j < keys; ++j) {
+        if (j >= first && j < last) continue;
+        t.p[j * kBlockQ + c] = 0.f;
+        t.ds[j * kBlockQ + c] = 0.f;
+        if (rule.dropout) t.pz[j * kBlockQ + c] = 0.f;
+      }
+    }
+  }
   return rule.dropout ? t.pz : t.p;
+}
+
+// C += A * B where A is a gradient tile of rows [row0, row0 + rows) and keys
+// [key0, key0 + keys), B a loaded operand (rows x cols of `b`, row stride ldb), and
+// a_entry(m, k) / pair(m, k) the A entry and the (query row, key) of output row m and
+// depth k. A partly masked tile sets B's non-finite values aside (nonfinite.hpp).
+template <ALayout Layout, typename AEntry, typename Pair>
+void gradient_product(const ScoreRule& rule, bool partly_masked, int rows, int depth,
+                      const float* a, float* b, int64_t ldb, int b_cols, int cols_padded,
+                      float* c, int64_t ldc, AEntry a_entry, Pair pair, float* aside) {
+  const bool set_aside = partly_masked && has_nonfinite(b, ldb, depth, b_cols);
+  if (set_aside) set_aside_nonfinite(b, ldb, depth, b_cols, aside);
+  gemm<Layout>(rows, cols_padded, depth, a, kBlockQ, b, ldb, c, ldc, true);
+  if (!set_aside) return;
+  add_set_aside(rows, depth, b_cols, aside, ldb, a_entry,
+                [&](int m, int k) {
+                  const auto [row, key] = pair(m, k);
+                  return row_sees(rule, row, key);
+                },
+                c, ldc);
 }
 
 template <ElementType Type>
@@ -156,8 +195,11 @@ void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_b
                              false);
     tile_gradients(rule, row0, rows, key0, keys, t);
     // dQ += dS K: dS is the transpose of the key-major tile (column-major A).
-    gemm<ALayout::kColMajor>(rows, t.d_pad, keys, t.ds, kBlockQ, t.k, t.d_pad, t.dq, t.d_pad,
-                             true);
+    const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, keys);
+    gradient_product<ALayout::kColMajor>(
+        rule, partly_masked, rows, keys, t.ds, t.k, t.d_pad, t.d, t.d_pad, t.dq, t.d_pad,
+        [&](int m, int k) { return t.ds[k * kBlockQ + m]; },
+        [&](int m, int k) { return std::pair{row0 + m, key0 + k}; }, t.aside);
   }
 
   Element* dq = static_cast<Element*>(params.dq.ptr) +
@@ -204,10 +246,15 @@ void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int 
                                  kBlockQ, false);
         const float* p_for_dv = tile_gradients(rule, row0, rows, key0, live, t);
         // The key-major tiles are P^T and dS^T already: row-major A, depth = query rows.
-        gemm<ALayout::kRowMajor>(live, t.dv_pad, rows, p_for_dv, kBlockQ, t.do_rows, t.dv_pad,
-                                 t.dv_acc, t.dv_pad, true);
-        gemm<ALayout::kRowMajor>(live, t.d_pad, rows, t.ds, kBlockQ, t.q_rows, t.d_pad, t.dk,
-                                 t.d_pad, true);
+        const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, live);
+        const auto pair = [&](int m, int k) { return std::pair{row0 + k, key0 + m}; };
+        gradient_product<ALayout::kRowMajor>(
+            rule, partly_masked, live, rows, p_for_dv, t.do_rows, t.dv_pad, t.dv, t.dv_pad,
+            t.dv_acc, t.dv_pad, [&](int m, int k) { return p_for_dv[m * kBlockQ + k]; }, pair,
+            t.aside);
+        gradient_product<ALayout::kRowMajor>(
+            rule, partly_masked, live, rows, t.ds, t.q_rows, t.d_pad, t.d, t.d_pad, t.dk,
+            t.d_pad, [&](int m, int k) { return t.ds[m * kBlockQ + k]; }, pair, t.aside);
       }
     }
   }

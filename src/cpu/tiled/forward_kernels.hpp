@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cpu/tiled/gemm.hpp"
+#include "cpu/tiled/nonfinite.hpp"
 #include "cpu/tiled/scores.hpp"
 #include "cpu/tiled/tile_config.hpp"
 #include "cpu/tiled/tile_io.hpp"
@@ -46,6 +47,9 @@ struct ForwardTiles {
   float* qt[kGroupQ];
   float* o[kGroupQ];
   float* factors[kGroupQ];
+  // [kBlockK][dv_pad]: V as loaded, when its non-finite values are set aside. Last, so the
+  // tiles every call uses keep their places (it is touched only with a NaN or an inf).
+  float* v_aside;
   size_t floats;
 
   ForwardTiles(float* base, int head_dim, int head_dim_v)
@@ -61,13 +65,16 @@ struct ForwardTiles {
       o[g] = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
       factors[g] = carve.take(kBlockQ);
     }
+    v_aside = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
     floats = carve.used();
   }
 };
 
-// Scores one K/V tile against one query block and folds it into the block's output.
+// Scores one K/V tile against one query block and folds it into the block's output. With
+// `v_set_aside`, t.v holds 0 for V's non-finite values and v_aside the values themselves,
+// added to the rows that see them (nonfinite.hpp).
 inline void attend_tile(const ScoreRule& rule, int key0, int keys, const ForwardTiles& t,
-                        QueryBlock* block) {
+                        bool v_set_aside, QueryBlock* block) {
   const int count = block->count(), cols = round_up_lanes(count);
   gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, block->qt, kBlockQ, t.s, kBlockQ,
                            false);
@@ -81,6 +88,29 @@ inline void attend_tile(const ScoreRule& rule, int key0, int keys, const Forward
   // P is the transpose of the key-major tile: column-major A, read in place.
   gemm<ALayout::kColMajor>(count, t.dv_pad, keys, t.s, kBlockQ, t.v, t.dv_pad, block->o,
                            t.dv_pad, true);
+  if (v_set_aside) {
+    const TileColumns& columns = block->columns;
+    add_set_aside(
+        count, keys, t.dv, t.v_aside, t.dv_pad,
+        [&](int c, int j) { return t.s[j * kBlockQ + c]; },
+        [&](int c, int j) { return row_sees(rule, columns.row_of(c), key0 + j); }, block->o,
+        t.dv_pad);
+  }
+}
+
+// Whether some block that attends the tile has a row that does not see all of its keys:
+// only then can a masked pair meet a non-finite value in P V.
+inline bool tile_partly_masked(const ScoreRule& rule, int key0, int keys,
+                               const QueryBlock* blocks) {
+  for (int g = 0; g < kGroupQ; ++g) {
+    const QueryBlock& block = blocks[g];
+    if (!block.sees(key0, keys)) continue;
+    const TileColumns& c = block.columns;
+    if (!rule.block_fully_visible(c.row_min, c.row_max - c.row_min + 1, key0, keys)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // The first tile of a key range: tiles start at multiples of kBlockK, so a row meets the
@@ -111,8 +141,11 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
       prefetch_rows<Type>([&](int j) { return key_row(next0 + j); }, next_keys, t.d);
       prefetch_rows<Type>([&](int j) { return value_row(next0 + j); }, next_keys, t.dv);
     }
+    const bool v_set_aside = tile_partly_masked(rule, key0, keys, blocks) &&
+                             has_nonfinite(t.v, t.dv_pad, keys, t.dv);
+    if (v_set_aside) set_aside_nonfinite(t.v, t.dv_pad, keys, t.dv, t.v_aside);
     for (int g = 0; g < kGroupQ; ++g) {
-      if (blocks[g].sees(key0, keys)) attend_tile(rule, key0, keys, t, &blocks[g]);
+      if (blocks[g].sees(key0, keys)) attend_tile(rule, key0, keys, t, v_set_aside, &blocks[g]);
     }
   }
 }

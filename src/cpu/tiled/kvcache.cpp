@@ -95,8 +95,10 @@ void merge_splits(const core::KVCacheParams& params, const SplitPartials& partia
     }
     float merged[kMaxHeadDim] = {};
     for (int s = 0; s < partials.splits; ++s) {
+      // An empty part adds nothing. A part whose weight underflows to 0 is still added
+      // (0 * out): a NaN it saw reaches the row, as 0 * NaN does without a split.
+      if (partials.lse[part(s)] == -INFINITY) continue;
       const float weight = core::merge_weight(partials.lse[part(s)], total);
-      if (weight == 0.f) continue;
       const float* out = partials.out + part(s) * dv;
       for (int c = 0; c < dv; ++c) merged[c] += weight * out[c];
     }

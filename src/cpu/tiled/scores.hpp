@@ -23,7 +23,7 @@ struct TileColumns {
   int row_of(int c) const { return row != nullptr ? row[c] : row_min + c; }
 };
 
-// SPEC.md steps 2-4 on scaled dot products (the kernels fold the scale into Q^T):
+// docs/contract.md steps 2-4 on scaled dot products (the kernels fold the scale into Q^T):
 // softcap, ALiBi, then -inf outside the window when the block is not fully visible. With
 // softcap and a non-null `softcap_grad`, 1 - tanh^2 (the derivative of the cap) is
 // written there for the backward.

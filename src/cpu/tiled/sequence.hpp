@@ -13,7 +13,7 @@
 
 namespace flashattn::cpu::tiled {
 
-constexpr int kMaxHeadDim = 256;  // SPEC.md: d and d_v in 1..256
+constexpr int kMaxHeadDim = 256;  // docs/contract.md: d and d_v in 1..256
 
 using core::element_offset;
 using core::lse_offset;
@@ -83,7 +83,7 @@ inline void rotate(const core::KVCacheParams& params, int position, double* x) {
   }
 }
 
-// The visibility rule of one (sequence, head): SPEC.md steps 2-4 and 6.
+// The visibility rule of one (sequence, head): docs/contract.md steps 2-4 and 6.
 struct ScoreRule {
   int seqlen_q = 0;
   int seqlen_k = 0;

@@ -1,6 +1,6 @@
 // Checks of the CUDA forward that the shared tolerance check (fa_test::check_forward) does
 // not make, each on a fresh problem through cuda_runner():
-// - rows without a visible key give exactly out = 0 and lse = -inf (SPEC.md), not merely
+// - rows without a visible key give exactly out = 0 and lse = -inf (docs/contract.md), not merely
 //   something within the tolerance of 0;
 // - a strided out keeps the bytes of its gaps;
 // - a call without lse still computes out;

@@ -21,7 +21,7 @@ using flashattn::DType;
 
 // Runs the CUDA forward and backward of `p` and expects rows [row_begin, row_end) of the
 // gradient `which` (a [rows, heads, d] or [b, rows, heads, d] tensor, flattened over the
-// leading dims) to be exactly zero: rows without a visible key (SPEC.md), not merely close.
+// leading dims) to be exactly zero: rows without a visible key (docs/contract.md), not close.
 void expect_zero_rows(const Problem& p, const char* which, int row_begin, int row_end) {
   const fa_test::Inputs inputs = fa_test::make_inputs(p);
   fa_test::Outputs outputs = fa_test::make_outputs(p);

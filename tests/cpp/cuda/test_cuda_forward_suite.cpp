@@ -299,7 +299,7 @@ TEST_P(CudaForward, WithoutLse) {
   expect_passes_without_lse(varlen(2, 1, 40, {30, 77}, {50, 60}));
 }
 
-// The kernels read aligned views in place (SPEC.md: views are not copied behind the
+// The kernels read aligned views in place (docs/contract.md: views are not copied behind the
 // user's back); only head dims without a kernel or misaligned views need a workspace.
 TEST_P(CudaForward, WorkspaceOnlyForThePaddedPath) {
   Problem contiguous = problem({2, 4, 2, 1000, 1000, 128});

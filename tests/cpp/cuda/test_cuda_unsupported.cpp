@@ -31,7 +31,7 @@ Status forward_of(const fa_test::Problem& p, const Runner& runner) {
   return runner.forward(fa_test::forward_args(p, inputs, &outputs));
 }
 
-// Permanent: SPEC.md has fp16 and bf16 on the GPU, fp32 on the CPU only.
+// Permanent: docs/contract.md has fp16 and bf16 on the GPU, fp32 on the CPU only.
 Status forward_in_fp32(const Runner& runner) {
   fa_test::Problem p;
   p.dtype = flashattn::DType::kF32;

@@ -194,7 +194,7 @@ flashattn::KVCacheArgs kvcache_args(const KVCacheProblem& p, const KVCacheInputs
   args.num_splits = p.num_splits;
   args.out = out->out.view();
   args.lse = out->lse.view();
-  args.options.softmax_scale = p.softmax_scale;
+  if (p.softmax_scale != 0.f) args.options.softmax_scale = p.softmax_scale;
   args.options.causal = p.causal;
   args.options.window_left = p.window_left;
   args.options.window_right = p.window_right;

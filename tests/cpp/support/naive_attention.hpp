@@ -1,4 +1,4 @@
-// A deliberately plain softmax attention for one (batch, head), written from SPEC.md with
+// A deliberately plain softmax attention for one (batch, head), written from docs/contract.md with
 // none of the library's code (no core::visible_keys, nothing from the reference), so the
 // reference can be checked against arithmetic that does not share its mistakes.
 #pragma once

@@ -202,7 +202,7 @@ Inputs dense_sequence_inputs(const Problem& varlen, const Inputs& packed, int b)
 
 flashattn::AttentionOptions attention_options(const Problem& p, const Inputs& in) {
   flashattn::AttentionOptions o;
-  o.softmax_scale = p.softmax_scale;
+  if (p.softmax_scale != 0.f) o.softmax_scale = p.softmax_scale;
   o.causal = p.causal;
   o.window_left = p.window_left;
   o.window_right = p.window_right;
