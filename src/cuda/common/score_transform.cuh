@@ -5,6 +5,8 @@
 // own head), so those are functions of (row tile m, half) passed in by the kernel.
 #pragma once
 
+#include <cfloat>
+
 #include "core/params.hpp"
 #include "cuda/prim/math.cuh"
 #include "cuda/common/block_mask.cuh"
@@ -23,7 +25,14 @@ struct ScoreScales {
 inline ScoreScales score_scales(const core::AttentionParams& p) {
   constexpr float kLog2e = 1.4426950408889634f;
   ScoreScales sc;
-  if (p.softcap > 0.f) {
+  if (p.scale == 0.f) {
+    // Every visible score is 0, softcapped or not: uniform weights. A masked raw score is
+    // -inf, and -inf * 0 would be NaN, so the kernels get the smallest normal unit instead:
+    // exp2 of any finite raw score times it rounds to exactly 1, as it would at 0.
+    sc.unit = FLT_MIN;
+    sc.log2_unit = FLT_MIN * kLog2e;
+    sc.softcap_pre = 0.f;
+  } else if (p.softcap > 0.f) {
     sc.unit = p.softcap;
     sc.log2_unit = p.softcap * kLog2e;
     sc.softcap_pre = p.scale / p.softcap;

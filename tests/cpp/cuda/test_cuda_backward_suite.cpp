@@ -181,6 +181,19 @@ TEST_P(CudaBackward, ScaleAndExtremeLogits) {
 }
 
 // dk/dv sum the query heads of each KV head.
+// softmax_scale = 0: uniform weights over the visible keys; dq and dk are 0.
+TEST_P(CudaBackward, ZeroScale) {
+  for (int d : {64, 128}) {
+    for (float softcap : {0.f, 20.f}) {
+      Problem p = problem({1, 2, 1, 150, 170, d});
+      p.causal = true;
+      p.zero_scale = true;
+      p.softcap = softcap;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
 TEST_P(CudaBackward, GqaAndMqa) {
   for (int nheads_k : {1, 2, 8}) {
     for (bool causal : {false, true}) {

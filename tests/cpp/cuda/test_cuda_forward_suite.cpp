@@ -168,6 +168,20 @@ TEST_P(CudaForward, ScaleAndExtremeLogits) {
   expect_passes_on_cuda(uniform);
 }
 
+// softmax_scale = 0 (FlashAttention-2's meaning: every visible score is 0, with or without
+// softcap): uniform weights over the visible keys, no NaN from the masked ones.
+TEST_P(CudaForward, ZeroScale) {
+  for (int d : {64, 128, 256}) {
+    for (float softcap : {0.f, 20.f}) {
+      Problem p = problem({2, 2, 1, 150, 170, d});
+      p.causal = true;
+      p.zero_scale = true;
+      p.softcap = softcap;
+      expect_passes_on_cuda(p);
+    }
+  }
+}
+
 TEST_P(CudaForward, GqaAndMqa) {
   for (int nheads_k : {1, 2, 4, 8}) {
     for (bool causal : {false, true}) {

@@ -130,6 +130,7 @@ std::string Problem::describe() const {
   if (alibi) text << (alibi_per_batch ? " alibi[b,h]" : " alibi[h]");
   if (dropout_p > 0) text << " dropout=" << dropout_p;
   if (softmax_scale != 0) text << " scale=" << softmax_scale;
+  if (zero_scale) text << " scale=0";
   if (strided) text << " strided";
   text << (distribution == Distribution::kNormal ? " normal" : " uniform") << "*" << input_scale
        << " seed=" << seed;
@@ -203,6 +204,7 @@ Inputs dense_sequence_inputs(const Problem& varlen, const Inputs& packed, int b)
 flashattn::AttentionOptions attention_options(const Problem& p, const Inputs& in) {
   flashattn::AttentionOptions o;
   if (p.softmax_scale != 0.f) o.softmax_scale = p.softmax_scale;
+  if (p.zero_scale) o.softmax_scale = 0.f;
   o.causal = p.causal;
   o.window_left = p.window_left;
   o.window_right = p.window_right;

@@ -37,6 +37,7 @@ struct Problem {
   uint64_t dropout_seed = 0x5eed;
   uint64_t dropout_offset = 0;
   float softmax_scale = 0.f;  // 0: 1/sqrt(head_dim)
+  bool zero_scale = false;    // softmax_scale exactly 0: uniform weights over the visible keys
 
   // Varlen when seqlens_q is not empty: one entry per sequence (batch is ignored).
   std::vector<int> seqlens_q;
