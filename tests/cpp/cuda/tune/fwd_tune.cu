@@ -14,8 +14,7 @@
 
 #include "core/params.hpp"
 #include "cuda/sm80/fwd_launch.cuh"
-#include "dense_problem.hpp"
-#include "median_time.hpp"
+#include "forward_grid.hpp"
 
 namespace fa_tune {
 using flashattn::Status;
@@ -40,62 +39,13 @@ Status FA_NAME(FA_TUNE_ID)(const Params& p, cudaStream_t s) { return run<FA_TUNE
 FA_TUNE_LIST
 #undef X
 
-struct Variant {
-  int d, bm, bn, warps, stages, min_blocks;
-  Status (*run)(const Params&, cudaStream_t);
-};
-
 int main() {
-  std::vector<Variant> variants;
-#define X(i, d, bm, bn, w, st, mb) variants.push_back({d, bm, bn, w, st, mb, &variant_##i});
+  std::vector<ForwardVariant> variants;
+#define X(i, d, bm, bn, w, st, mb) \
+  variants.push_back({d, #bm "," #bn "," #w "," #st "," #mb, &variant_##i});
   FA_TUNE_LIST
 #undef X
-  const int tokens = 16384, hidden = 2048, sets = 4;
-  std::printf("%-5s %-6s %-7s %-22s %9s %9s\n", "d", "causal", "seqlen", "tile(bm,bn,w,st,mb)", "ms",
-              "TFLOP/s");
-  for (int d : {64, 128, 256}) {
-    const int h = hidden / d;
-    const std::vector<void*> buffers = fa_tune_problem::random_buffers(tokens, hidden, 4 * sets);
-    if (buffers.empty()) return 1;
-    float* lse = nullptr;
-    if (!fa_tune_problem::check(cudaMalloc(&lse, static_cast<size_t>(tokens) * h * 4), "malloc")) {
-      return 1;
-    }
-    for (int seqlen : {512, 2048, 8192}) {
-      for (bool causal : {false, true}) {
-        for (const Variant& v : variants) {
-          if (v.d != d) continue;
-          Params p;
-          fa_tune_problem::set_dense(&p, tokens, hidden, d, seqlen, causal, lse);
-          auto call = [&](int i) {
-            Params q = p;
-            flashattn::core::Operand* ops[] = {&q.q, &q.k, &q.v, &q.out};
-            for (int j = 0; j < 4; ++j) {
-              fa_tune_problem::bind(ops[j], buffers[4 * (i % sets) + j], hidden, d, seqlen);
-            }
-            return v.run(q, nullptr);
-          };
-          const std::optional<float> timed = fa_tune_timing::median_ms(call, 5, 20);
-          if (!timed) continue;
-          const float med = *timed;
-          const double flops = 4.0 * tokens * seqlen * hidden / (causal ? 2 : 1);
-          char tile[64];
-          std::snprintf(tile, sizeof tile, "%d,%d,%d,%d,%d", v.bm, v.bn, v.warps, v.stages,
-                        v.min_blocks);
-          std::printf("%-5d %-6s %-7d %-22s %9.3f %9.1f\n", d, causal ? "yes" : "no", seqlen, tile,
-                      med, flops / (med * 1e-3) / 1e12);
-        }
-      }
-    }
-    for (void* b : buffers) cudaFree(b);
-    cudaFree(lse);
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
-    return 1;
-  }
-  return 0;
+  return run_forward_grid(variants, {64, 128, 256}, {512, 2048, 8192});
 }
 #endif
 
