@@ -34,22 +34,23 @@ struct FwdProducer {
 
   __device__ __forceinline__ uint32_t addr(const void* p) const { return prim::smem_addr(p); }
 
-  __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Ring& at) const {
-    const uint32_t full = addr(&smem.bar.k_full[at.slot]);
-    mbarrier::wait(addr(&smem.bar.k_empty[at.slot]), at.empty_parity());
-    mbarrier::arrive_expect_tx(full, KTile::kBytes);
-    tma::load_operand_tile<KTile>(addr(smem.k[at.slot]), &params.k_map,
-                                  w.k_row0 + n * Shape::kBlockN, w.hk, w.batch, full,
-                                  tma::CacheHint::kEvictLast);
+  // Key block n of K or V (`map`) into the ring buffer `tile` at `at`, once it is empty.
+  template <class Tile>
+  __device__ __forceinline__ void load_keys(uint8_t* tile, uint64_t& full, uint64_t& empty,
+                                            const CUtensorMap* map, const FwdTileWork& w, int n,
+                                            const Ring& at) const {
+    mbarrier::wait(addr(&empty), at.empty_parity());
+    mbarrier::arrive_expect_tx(addr(&full), Tile::kBytes);
+    tma::load_operand_tile<Tile>(addr(tile), map, w.k_row0 + n * Shape::kBlockN, w.hk, w.batch,
+                                 addr(&full), tma::CacheHint::kEvictLast);
   }
-
+  __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Ring& at) const {
+    load_keys<KTile>(smem.k[at.slot], smem.bar.k_full[at.slot], smem.bar.k_empty[at.slot],
+                     &params.k_map, w, n, at);
+  }
   __device__ __forceinline__ void load_v(const FwdTileWork& w, int n, const Ring& at) const {
-    const uint32_t full = addr(&smem.bar.v_full[at.slot]);
-    mbarrier::wait(addr(&smem.bar.v_empty[at.slot]), at.empty_parity());
-    mbarrier::arrive_expect_tx(full, VTile::kBytes);
-    tma::load_operand_tile<VTile>(addr(smem.v[at.slot]), &params.v_map,
-                                  w.k_row0 + n * Shape::kBlockN, w.hk, w.batch, full,
-                                  tma::CacheHint::kEvictLast);
+    load_keys<VTile>(smem.v[at.slot], smem.bar.v_full[at.slot], smem.bar.v_empty[at.slot],
+                     &params.v_map, w, n, at);
   }
 
   __device__ __forceinline__ void run() const {

@@ -31,6 +31,18 @@ RowHead row_head_of_lse(const Problem& p, int64_t n) {
 
 bool is_minus_inf(float x) { return std::isinf(x) && x < 0; }
 
+// The exact and the low-precision reference's forward of `p` on `inputs`.
+::testing::AssertionResult run_references(const Problem& p, const Inputs& inputs, Outputs* exact,
+                                          Outputs* lowp) {
+  const flashattn::Status referenced = fa_test::reference_runner(ReferencePrecision::kExact)
+                                           .forward(fa_test::forward_args(p, inputs, exact));
+  const flashattn::Status referenced_lowp =
+      fa_test::reference_runner(ReferencePrecision::kLowPrecisionNaive)
+          .forward(fa_test::forward_args(p, inputs, lowp));
+  if (referenced.ok() && referenced_lowp.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << referenced.message() << referenced_lowp.message();
+}
+
 }  // namespace
 
 void expect_empty_rows_exact(const Problem& p) {
@@ -98,14 +110,7 @@ void expect_passes_without_lse(const Problem& p) {
   fa_test::CheckResult result;
   result.problem = p.describe() + " without lse on cuda";
   result.status = cuda_runner().forward(args);
-  const flashattn::Status referenced =
-      fa_test::reference_runner(ReferencePrecision::kExact)
-          .forward(fa_test::forward_args(p, inputs, &exact));
-  const flashattn::Status referenced_lowp =
-      fa_test::reference_runner(ReferencePrecision::kLowPrecisionNaive)
-          .forward(fa_test::forward_args(p, inputs, &lowp));
-  ASSERT_TRUE(referenced.ok() && referenced_lowp.ok())
-      << referenced.message() << referenced_lowp.message();
+  ASSERT_TRUE(run_references(p, inputs, &exact, &lowp));
   if (result.status.ok()) {
     fa_test::compare(&result, "out", tested.out, exact.out, lowp.out,
                      fa_test::tolerance_eps(p.dtype, exact.out, p.eps_scale));
@@ -119,14 +124,7 @@ void expect_unused_keys_ignored(const Problem& p) {
   Inputs inputs = fa_test::make_inputs(p);
   Outputs exact = fa_test::make_outputs(p);
   Outputs lowp = fa_test::make_outputs(p);
-  const flashattn::Status referenced =
-      fa_test::reference_runner(ReferencePrecision::kExact)
-          .forward(fa_test::forward_args(p, inputs, &exact));
-  const flashattn::Status referenced_lowp =
-      fa_test::reference_runner(ReferencePrecision::kLowPrecisionNaive)
-          .forward(fa_test::forward_args(p, inputs, &lowp));
-  ASSERT_TRUE(referenced.ok() && referenced_lowp.ok())
-      << referenced.message() << referenced_lowp.message();
+  ASSERT_TRUE(run_references(p, inputs, &exact, &lowp));
 
   // Rows [k_row0 + seqused_k, k_row0 + seqlen_k) of each sequence: NaN in K, +Inf and NaN in V.
   const int64_t k_row = int64_t{p.nheads_k} * p.head_dim;
