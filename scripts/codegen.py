@@ -115,8 +115,10 @@ DIRECTIONS = [
               families_without_dropout=["sm90"]),
     # The forward reading K/V through a paged KV cache's block_table (prefill against the
     # cache); the API refuses dropout with a KV cache.
-    Direction("fwd_paged", "FA_FWD_PAGED_KERNEL", {"sm80": "cuda/sm80/fwd_launch.cuh"},
-              FORWARD_HEAD_DIMS, False, forward_paged_instantiation),
+    Direction("fwd_paged", "FA_FWD_PAGED_KERNEL",
+              {"sm90": "cuda/sm90/fwd_launch.cuh", "sm80": "cuda/sm80/fwd_launch.cuh"},
+              FORWARD_HEAD_DIMS, False, forward_paged_instantiation,
+              family_head_dims={"sm90": [64, 96, 128, 192, 256]}),
     # The backward keeps dK/dV in registers, which bounds its head dim (backward_tuning.hpp).
     # The Hopper kernel exists for bwd_sm90_tile's head dims (backward_tuning.hpp).
     Direction("bwd", "FA_BWD_KERNEL",

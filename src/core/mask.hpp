@@ -30,6 +30,15 @@ FA_HOST_DEVICE bool key_visible(int row, int col, int seqlen_q, int seqlen_k, in
   return col >= r.begin && col < r.end;
 }
 
+// key_visible for a key col >= 0 from its distance to the row's diagonal (row + seqlen_k -
+// seqlen_q - col), which the backward kernels have at hand for ALiBi
+// (tests/cpp/test_mask_rule.cpp: the two agree).
+FA_HOST_DEVICE bool key_visible_at_distance(int distance, int col, int seqlen_k,
+                                            int window_left, int window_right) {
+  return col < seqlen_k && (window_left < 0 || distance <= window_left) &&
+         (window_right < 0 || distance >= -window_right);
+}
+
 // ALiBi: -slope * |i + seqlen_k - seqlen_q - j|.
 FA_HOST_DEVICE float alibi_bias(float slope, int row, int col, int seqlen_q, int seqlen_k) {
   long long distance = static_cast<long long>(row) + seqlen_k - seqlen_q - col;

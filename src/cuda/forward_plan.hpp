@@ -2,6 +2,8 @@
 // supported()), forward_workspace_size and forward, so they never disagree.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 
 #include "core/params.hpp"
@@ -24,5 +26,13 @@ struct FwdPlan {
 
 // Ok and the plan when `params` can run on `device`; otherwise why not (kUnsupported).
 Status choose_kernel(const core::AttentionParams& params, int device, FwdPlan* plan);
+
+// The same for the forward over a paged KV cache (forward_paged.cu; kvcache.cu runs it for a
+// prefill): the first family of instantiations/fwd_paged_list.inc that the device runs and that
+// accepts the call. `params` must need no padding (choose_kernel says so for them).
+Status choose_paged_kernel(const core::KVCacheParams& params, int device, FwdPlan* plan);
+
+// Runs `params` on the family `kernel` that choose_paged_kernel picked.
+Status forward_paged(const core::KVCacheParams& params, FwdKernel kernel, cudaStream_t stream);
 
 }  // namespace flashattn::cuda

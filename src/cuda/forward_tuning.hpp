@@ -115,6 +115,30 @@ constexpr bool fwd_sm90_use_narrow(int head_dim, bool grows, int seqlen_k) {
   }
 }
 
+// A paged KV cache's keys are loaded in boxes of the largest row count that divides both the
+// page size (a multiple of 16) and the key block (a multiple of 16), so no box crosses a page.
+constexpr int fwd_sm90_page_box_rows(int page_size, int block_n) {
+  int a = page_size, b = block_n;
+  while (b != 0) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// The paged prefill takes the tile whose key blocks need fewer, larger boxes of the pages (each
+// box is a TMA copy and a block_table read by the one producer thread); where both need the
+// same, the dense forward's choice.
+constexpr bool fwd_sm90_paged_use_narrow(int head_dim, bool grows, int seqlen_k, int page_size) {
+  const int narrow =
+      fwd_sm90_page_box_rows(page_size, fwd_sm90_tile(head_dim, head_dim, true).block_n);
+  const int other =
+      fwd_sm90_page_box_rows(page_size, fwd_sm90_tile(head_dim, head_dim).block_n);
+  if (narrow != other) return narrow > other;
+  return fwd_sm90_use_narrow(head_dim, grows, seqlen_k);
+}
+
 constexpr int fwd_sm90_round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 // The least shared memory the kernel's storage (sm90/fwd_shape.cuh) takes: Q, the K and V

@@ -6,19 +6,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "cuda/backend.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_limits.hpp"
 #include "cuda/forward_plan.hpp"
-#include "cuda/forward_tuning.hpp"
 #include "cuda/kvcache_pad.hpp"
 #include "cuda/kvcache_prep.hpp"
 #include "cuda/kvcache_tuning.hpp"
 #include "cuda/operand_traits.hpp"
-#include "cuda/sm80/fwd_launch.hpp"
 #include "cuda/sm80/kv_launch.hpp"
 
 namespace flashattn::cuda {
@@ -41,8 +38,9 @@ struct KvPlan {
   bool decode = false;
   // A cache read from row b (contiguous) or through block_table (paged) with no leftpad is,
   // for many packed rows, exactly the forward's problem with seqused_k = cache_seqlens +
-  // appended: the forward kernel runs it (paged: its PagedKeys instantiation).
+  // appended: the forward kernel runs it (paged: forward_paged.cu, this family).
   bool forward_kernel = false;
+  FwdKernel forward_family = FwdKernel::kNone;
   bool stage_q = false;  // q goes through an aligned (rotated) copy in the workspace
   bool dependent_combine = false;  // sm_90+: the combine overlaps the kernel (kvcache_prep)
   int num_splits = 1;
@@ -64,28 +62,6 @@ int kernel_smem_bytes(core::ElementType dtype, int head_dim, bool decode) {
 #include "cuda/instantiations/kv_list.inc"
 #undef FA_KV_KERNEL
   return 0;
-}
-
-int paged_forward_smem_bytes(core::ElementType dtype, int head_dim) {
-#define FA_FWD_PAGED_KERNEL(family, type, hdim)                            \
-  if (dtype == element_type_of<type>() && head_dim == hdim) {              \
-    return family::forward_paged_smem_bytes<type, hdim>();                 \
-  }
-#include "cuda/instantiations/fwd_paged_list.inc"
-#undef FA_FWD_PAGED_KERNEL
-  return 0;
-}
-
-Status run_paged_forward(const core::KVCacheParams& p, cudaStream_t stream) {
-#define FA_FWD_PAGED_KERNEL(family, type, hdim)                            \
-  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {          \
-    return family::run_forward_paged<type, hdim>(p, stream);               \
-  }
-#include "cuda/instantiations/fwd_paged_list.inc"
-#undef FA_FWD_PAGED_KERNEL
-  return Status(StatusCode::kInternal,
-                "CUDA KV cache: no paged forward kernel for head dim " +
-                    std::to_string(p.head_dim));
 }
 
 Status run_kernel(const core::KVCacheParams& p, int head_dim, const sm80::KvLaunch& launch,
@@ -110,41 +86,28 @@ core::Operand staged_q(const core::KVCacheParams& p, void* workspace) {
   return q;
 }
 
-// The paged forward kernel addresses a row with 32-bit strides (fwd_keys.cuh): the page
-// stride and a page's span of rows must fit an int.
-bool paged_strides_fit(const core::KVCacheParams& p) {
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  const auto fits = [&](const core::Operand& cache) {
-    return cache.batch_stride <= kMax && cache.row_stride * p.page_size <= kMax;
-  };
-  return fits(p.k) && fits(p.v);
-}
-
 // Whether the forward kernel can run the attention of this call (choose_plan asks only for
-// packed rows past the decode tile): the keys of entry b from cache position 0 of row b or
-// of its pages (no cache_batch_idx, no leftpad), out written in place, a compiled head dim,
-// and the kernel fits the device.
-bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q) {
+// packed rows past the decode tile), and which family (`kernel`): the keys of entry b from
+// cache position 0 of row b or of its pages (no cache_batch_idx, no leftpad), out written in
+// place, a compiled head dim, and the kernel fits the device.
+bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
+                         FwdKernel* kernel) {
   if (p.cache_batch_idx != nullptr || p.cache_leftpad != nullptr ||
       !aligned_for_kernels(p.out, false)) {
     return false;
   }
-  if (p.is_paged() && !paged_strides_fit(p)) return false;
   FwdPlan forward_plan;
-  core::AttentionParams as_forward = p;
+  core::KVCacheParams as_forward = p;
   if (stage_q) as_forward.q = staged_q(p, nullptr);
   if (!choose_kernel(as_forward, device, &forward_plan).ok() || forward_plan.padded) return false;
+  if (p.is_paged() && !choose_paged_kernel(as_forward, device, &forward_plan).ok()) return false;
   // The forward kernel's block is block_m queries of one head; the KV kernel's packs the query
   // heads of a KV head. Below a full block of queries (speculative decoding, chunked prefill's
   // tail) the forward would read K/V once per query head for a block it barely fills, the KV
   // kernel once per KV head.
-  const int block_m =
-      p.is_paged() ? fwd_sm80_tile(forward_plan.head_dim).block_m : forward_plan.block_m;
-  if (p.seqlen_q < block_m) return false;
-  if (!p.is_paged()) return true;
-  return check_kernel_fits("CUDA KV cache", device, forward_plan.head_dim,
-                           paged_forward_smem_bytes(p.dtype, forward_plan.head_dim))
-      .ok();
+  if (p.seqlen_q < forward_plan.block_m) return false;
+  *kernel = forward_plan.kernel;
+  return true;
 }
 
 // num_splits = 0: split only while the blocks of one split fill less than the GPU. The count
@@ -215,7 +178,8 @@ Status choose_kernels(const core::KVCacheParams& p, int device, KvPlan* plan) {
   const uint64_t element = 2;
   plan->stage_q = p.rotary_cos != nullptr || !aligned_for_kernels(p.q, false);
   if (plan->stage_q) plan->q_bytes = aligned(rows * p.head_dim * element);
-  plan->forward_kernel = !plan->decode && forward_kernel_runs(p, device, plan->stage_q);
+  plan->forward_kernel =
+      !plan->decode && forward_kernel_runs(p, device, plan->stage_q, &plan->forward_family);
   if (plan->forward_kernel) {
     plan->used_keys_bytes = aligned(static_cast<uint64_t>(p.batch) * sizeof(int32_t));
     return Status::Ok();
@@ -266,7 +230,7 @@ Status attend(const core::KVCacheParams& params, const KvPlan& plan, unsigned ch
     if (!counted.ok()) return counted;
     core::KVCacheParams as_forward = p;
     as_forward.seqused_k = used_keys;
-    if (p.is_paged()) return run_paged_forward(as_forward, stream);
+    if (p.is_paged()) return forward_paged(as_forward, plan.forward_family, stream);
     return forward(as_forward, nullptr, stream);
   }
   sm80::KvLaunch launch;

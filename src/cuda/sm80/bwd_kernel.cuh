@@ -237,9 +237,8 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
             const int distance = m0 + column + key_shift - key;  // to the query's diagonal
             bool visible = true;
             if constexpr (std::decay_t<decltype(masked)>::value) {
-              // core::key_visible, from the distance
-              visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
-                        (p.window_right < 0 || distance >= -p.window_right);
+              visible = core::key_visible_at_distance(distance, key, seqlen_k, p.window_left,
+                                                    p.window_right);
             }
             const thread::BwdElement el =
                 thread::bwd_element(s[i][j][e], dp[i][j][e], lse2[column], dsum[column], sc,

@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "core/params.hpp"
+#include "core/sequence.hpp"
 #include "cuda/forward_tuning.hpp"
 #include "cuda/prim/cp_async.cuh"
 #include "cuda/prim/math.cuh"
@@ -88,33 +89,24 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
   const int m0 = (gridDim.x - 1 - blockIdx.x) * S::kBlockM;
 
   // This sequence's lengths and row offsets.
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  int64_t q_start = 0, k_start = 0;
-  if (varlen) {
-    q_start = p.cu_seqlens_q[b];
-    k_start = p.cu_seqlens_k[b];
-    seqlen_q = p.cu_seqlens_q[b + 1] - static_cast<int>(q_start);
-    seqlen_k = p.cu_seqlens_k[b + 1] - static_cast<int>(k_start);
-  }
-  if (p.seqused_k != nullptr) seqlen_k = p.seqused_k[b];
+  const core::SequenceRows seq = core::sequence_rows(p, b);
+  const int seqlen_q = seq.seqlen_q, seqlen_k = seq.seqlen_k;
   if (m0 >= seqlen_q) return;
   const int rows = min(S::kBlockM, seqlen_q - m0);
   const int hk = h / (p.nheads / p.nheads_k);
 
-  auto base = [&](const core::Operand& op, int head, int64_t start) {
-    return static_cast<const T*>(op.ptr) + (varlen ? start * op.row_stride : b * op.batch_stride) +
-           head * op.head_stride;
+  auto base = [&](const core::Operand& op, int head, int64_t row0) {
+    return static_cast<const T*>(op.ptr) + core::element_offset(op, seq.batch, row0, head);
   };
-  const T* q = base(p.q, h, q_start) + m0 * p.q.row_stride;
+  const T* q = base(p.q, h, seq.q_row0) + m0 * p.q.row_stride;
   const T* k;
   const T* v;
   if constexpr (Keys::kPaged) {
     k = static_cast<const T*>(p.k.ptr) + hk * p.k.head_stride;
     v = static_cast<const T*>(p.v.ptr) + hk * p.v.head_stride;
   } else {
-    k = base(p.k, hk, k_start);
-    v = base(p.v, hk, k_start);
+    k = base(p.k, hk, seq.k_row0);
+    v = base(p.v, hk, seq.k_row0);
   }
 
   const VisibilityMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
@@ -279,7 +271,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
     }
   }
   __syncwarp();
-  T* out = const_cast<T*>(base(p.out, h, q_start)) + m0 * p.out.row_stride;
+  T* out = const_cast<T*>(base(p.out, h, seq.q_row0)) + m0 * p.out.row_stride;
   constexpr int kChunksPerRow = QTile::kChunksPerRow;
   constexpr int kWarpChunks = S::kWarpRows * kChunksPerRow;
   static_assert(kWarpChunks % 32 == 0, "output rows must divide evenly among lanes");
@@ -295,8 +287,8 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
   }
 
   if (p.lse != nullptr && lane % 4 == 0) {
-    float* lse_out = p.lse + h * p.lse_head_stride +
-                     (varlen ? q_start : b * p.lse_batch_stride) + m0;
+    float* lse_out =
+        p.lse + h * p.lse_head_stride + seq.batch * p.lse_batch_stride + seq.q_row0 + m0;
 #pragma unroll
     for (int m = 0; m < kMT; ++m) {
 #pragma unroll

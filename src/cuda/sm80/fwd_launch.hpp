@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "core/params.hpp"
 #include "cuda/forward_plan.hpp"
 #include "cuda/forward_tuning.hpp"
@@ -36,7 +38,21 @@ int forward_smem_bytes();
 
 // The same kernel (without dropout) reading K and V through the block_table of a paged KV
 // cache: `params` after the append, seqused_k set to the keys of each entry, no
-// cache_batch_idx or cache_leftpad. Its shared memory per block.
+// cache_batch_idx or cache_leftpad. Its shared memory per block. The dispatch's view
+// (forward_paged.cu): it addresses a row with 32-bit strides (common/key_source.cuh), so the
+// page stride and a page's span of rows must fit an int.
+inline bool forward_paged_accepts(const core::KVCacheParams& p) {
+  constexpr int64_t kMax = 2147483647;
+  const auto fits = [&](const core::Operand& cache) {
+    return cache.batch_stride <= kMax && cache.row_stride * p.page_size <= kMax;
+  };
+  return fits(p.k) && fits(p.v);
+}
+template <int D>
+constexpr int forward_paged_block_m() {
+  return fwd_sm80_tile(D).block_m;
+}
+
 template <class T, int D>
 Status run_forward_paged(const core::KVCacheParams& params, cudaStream_t stream);
 

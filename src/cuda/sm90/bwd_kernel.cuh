@@ -327,12 +327,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         const int key = n0 + key0 + frag_row + 8 * (i / 2 % 2);
         column = query0 + 8 * (i / 4) + frag_col + i % 2;
         distance = m0 + column + key_shift - key;
-        bool visible = true;
         if constexpr (std::decay_t<decltype(masked)>::value) {
-          visible = key < seqlen_k && (p.window_left < 0 || distance <= p.window_left) &&
-                    (p.window_right < 0 || distance >= -p.window_right);
+          return core::key_visible_at_distance(distance, key, seqlen_k, p.window_left,
+                                               p.window_right);
         }
-        return visible;
+        return true;
       };
       if (sc.softcap_pre == 0.f) {
         // P^T while dP^T is still being multiplied.

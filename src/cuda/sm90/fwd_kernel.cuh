@@ -4,7 +4,8 @@
 //   fwd_producer.cuh   warpgroup 0: the TMA loads of Q, K and V into the rings
 //   fwd_mainloop.cuh   warpgroups 1..: S = Q K^T, softmax, O += P V per key block
 //   fwd_epilogue.cuh   O and lse out
-// over the shared memory of fwd_shape.cuh. Dropout and the paged KV cache run on the sm80
+// over the shared memory of fwd_shape.cuh. kPaged reads K and V through a paged KV cache's
+// block_table (the cache's prefill); only the producer differs. Dropout runs on the sm80
 // kernel (forward.cu's plan).
 //
 // The body is compiled in the sm_90a device pass only; the dispatch runs this kernel only on a
@@ -65,7 +66,7 @@ __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
   }
 }
 
-template <class T, class Shape>
+template <class T, class Shape, bool kPaged>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdSm90Params params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -79,7 +80,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup == 0) {
     warpgroup::lower_registers<Shape::kProducerRegisters>();
-    if (threadIdx.x == 0) FwdProducer<Shape>{params, smem}.run();
+    using Producer = FwdProducer<Shape, kPaged>;
+    if (threadIdx.x < Producer::kThreads) Producer{params, smem}.run();
   } else {
     warpgroup::raise_registers<Shape::kMmaRegisters>();
     run_mma_warpgroup<T, Shape>(params, smem, warpgroup - 1, static_cast<int>(threadIdx.x) % 128);

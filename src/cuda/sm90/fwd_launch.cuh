@@ -34,9 +34,26 @@ inline OperandExtent operand_extent(const core::AttentionParams& p, const core::
   return e;
 }
 
-// The kernel of `Shape` for `p` (head dims Shape's) on `stream`.
-template <class T, class Shape>
-Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
+// The operand of a paged cache (`op`, whose batch_stride is the page stride) as its map sees
+// it: pages of page_size rows.
+inline OperandExtent page_extent(const core::KVCacheParams& p, const core::Operand& op,
+                                 int cols) {
+  OperandExtent e;
+  e.cols = static_cast<uint64_t>(cols);
+  e.rows = static_cast<uint64_t>(p.page_size);
+  e.heads = static_cast<uint64_t>(p.nheads_k);
+  e.batch = static_cast<uint64_t>(p.num_pages);
+  e.row_stride = op.row_stride;
+  e.head_stride = p.nheads_k == 1 ? 8 : op.head_stride;
+  e.batch_stride = p.num_pages == 1 ? 8 : op.batch_stride;
+  return e;
+}
+
+// The kernel of `Shape` for `p` (head dims Shape's) on `stream`; with kPaged, K and V come from
+// the pages of `cache` (p is then the cache call's params).
+template <class T, class Shape, bool kPaged = false>
+Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
+                      const core::KVCacheParams* cache = nullptr) {
   if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
   int device = 0, sms = 0;
   FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -50,28 +67,41 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream) {
   // Pairs balance the blocks when each takes several tiles; with fewer tiles than SMs, one
   // tile per block ends sooner than the pair of the longest and the shortest.
   params.paired_tiles = p.keys_grow_with_rows() && params.tiles > sms;
-  params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr;
+  params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr || kPaged;
   const bool varlen = p.is_varlen();
   const int q_rows = varlen ? p.total_q : p.seqlen_q;
   const int k_rows = varlen ? p.total_k : p.seqlen_k;
+  OperandExtent k_extent = operand_extent(p, p.k, k_rows, p.nheads_k, p.head_dim);
+  OperandExtent v_extent = operand_extent(p, p.v, k_rows, p.nheads_k, p.head_dim_v);
+  int key_box_rows = Shape::kBlockN;
+  if constexpr (kPaged) {
+    params.pages.block_table = cache->block_table;
+    params.pages.table_batch_stride = cache->block_table_batch_stride;
+    params.pages.page_size = cache->page_size;
+    params.pages.box_rows = fwd_sm90_page_box_rows(cache->page_size, Shape::kBlockN);
+    key_box_rows = params.pages.box_rows;
+    k_extent = page_extent(*cache, p.k, p.head_dim);
+    v_extent = page_extent(*cache, p.v, p.head_dim_v);
+  }
   struct {
     CUtensorMap* map;
     const core::Operand& op;
-    int rows, heads, cols, box_rows;
+    OperandExtent extent;
+    int box_rows;
     const char* name;
-  } maps[] = {{&params.q_map, p.q, q_rows, p.nheads, p.head_dim, Shape::kBlockM, "q"},
-              {&params.k_map, p.k, k_rows, p.nheads_k, p.head_dim, Shape::kBlockN, "k"},
-              {&params.v_map, p.v, k_rows, p.nheads_k, p.head_dim_v, Shape::kBlockN, "v"}};
+  } maps[] = {{&params.q_map, p.q, operand_extent(p, p.q, q_rows, p.nheads, p.head_dim),
+               Shape::kBlockM, "q"},
+              {&params.k_map, p.k, k_extent, key_box_rows, "k"},
+              {&params.v_map, p.v, v_extent, key_box_rows, "v"}};
   for (const auto& m : maps) {
-    const std::string error = encode_operand_tensor_map(
-        m.map, m.op.ptr, operand_extent(p, m.op, m.rows, m.heads, m.cols), m.box_rows);
+    const std::string error = encode_operand_tensor_map(m.map, m.op.ptr, m.extent, m.box_rows);
     if (!error.empty()) {
       return Status(StatusCode::kInternal,
                     std::string("sm90 forward: the TMA map of ") + m.name + ": " + error);
     }
   }
 
-  auto kernel = &fwd_kernel<T, Shape>;
+  auto kernel = &fwd_kernel<T, Shape, kPaged>;
   constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -100,6 +130,24 @@ int forward_smem_bytes() {
   const int narrow = fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>();
   const int other = fwd_sm90_storage_bytes<FwdShape<D, D>>();
   return narrow > other ? narrow : other;
+}
+
+// The paged prefill: the tile whose key blocks take the fewest boxes of the cache's pages
+// (fwd_sm90_paged_use_narrow), the paged kernel.
+template <class T, int D>
+Status run_forward_paged(const core::KVCacheParams& p, cudaStream_t stream) {
+  using Narrow = FwdSm90TableTile<D, D, true>;
+  if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
+    if (fwd_sm90_paged_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k, p.page_size)) {
+      return launch_forward<T, FwdShape<D, D, Narrow>, true>(p, stream, &p);
+    }
+  }
+  return launch_forward<T, FwdShape<D, D>, true>(p, stream, &p);
+}
+
+template <class T, int D>
+int forward_paged_smem_bytes() {
+  return forward_smem_bytes<T, D>();
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -46,11 +46,28 @@ inline bool forward_accepts(const core::AttentionParams& p) {
          tiles < (int64_t{1} << 31);
 }
 
+// The paged prefill (a KV cache's block_table, see sm80/fwd_launch.hpp): what the dense
+// forward needs of q and of the cache's rows, and positive page strides where there are pages.
+inline bool forward_paged_accepts(const core::KVCacheParams& p) {
+  return forward_accepts(p) && p.page_size % 16 == 0 &&
+         (p.num_pages == 1 || (p.k.batch_stride > 0 && p.v.batch_stride > 0));
+}
+template <int D>
+constexpr int forward_paged_block_m() {
+  return forward_block_m<D>();
+}
+
 // kDropout must be false: dropout runs on the sm80 kernel.
 template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
 
 template <class T, int D>
 int forward_smem_bytes();
+
+template <class T, int D>
+Status run_forward_paged(const core::KVCacheParams& params, cudaStream_t stream);
+
+template <class T, int D>
+int forward_paged_smem_bytes();
 
 }  // namespace flashattn::cuda::sm90

@@ -1,4 +1,6 @@
-// The Hopper forward's producer: one thread that issues every TMA load of the block's tiles.
+// The Hopper forward's producer: one thread (kThreads) that issues every TMA load of the
+// block's tiles; a warp in the paged instantiation, whose lanes look up a key block's pages
+// side by side (below), with lane 0 doing the rest.
 //
 // Per tile with keys: K of the first key block (the last one in key order: the mainloop walks
 // the keys from the end), then Q once the MMA warpgroups are done with the previous tile's Q,
@@ -7,6 +9,12 @@
 // just issued). Each K and V buffer of the ring is refilled once every MMA warp has released
 // it; where O is staged in the V ring, the tile's first V also waits for the previous tile's
 // epilogue to have read O back out, while its first two K blocks are loaded during it.
+//
+// kPaged: K and V come from a paged KV cache (FwdPageTable), a key block box by box, each box
+// from the page block_table names for it. Lane i reads the entry of box i and copies that box,
+// so a block waits for one table read rather than one per box in turn. Boxes that start past
+// the sequence's last key are not loaded (their table entries may not exist); the mask hides
+// their K rows and the mainloop zeroes their V rows.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +29,7 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <class Shape>
+template <class Shape, bool kPaged>
 struct FwdProducer {
   using Storage = FwdStorage<Shape>;
   using QTile = typename Shape::QTile;
@@ -29,10 +37,15 @@ struct FwdProducer {
   using VTile = typename Shape::VTile;
   using Ring = RingPosition<Shape::kStages>;
 
+  static constexpr int kThreads = kPaged ? 32 : 1;
+  static_assert(!kPaged || Shape::kBlockN / 16 <= 32, "a lane per box of 16 keys or more");
+
   const FwdSm90Params& params;
   Storage& smem;
 
   __device__ __forceinline__ uint32_t addr(const void* p) const { return prim::smem_addr(p); }
+  // The lane that arms the barriers and issues every copy but the paged boxes.
+  __device__ __forceinline__ bool leader() const { return !kPaged || threadIdx.x % 32 == 0; }
 
   // Key block n of K or V (`map`) into the ring buffer `tile` at `at`, once it is empty.
   template <class Tile>
@@ -40,9 +53,47 @@ struct FwdProducer {
                                             const CUtensorMap* map, const FwdTileWork& w, int n,
                                             const Ring& at) const {
     mbarrier::wait(addr(&empty), at.empty_parity());
-    mbarrier::arrive_expect_tx(addr(&full), Tile::kBytes);
-    tma::load_operand_tile<Tile>(addr(tile), map, w.k_row0 + n * Shape::kBlockN, w.hk, w.batch,
-                                 addr(&full), tma::CacheHint::kEvictLast);
+    if constexpr (kPaged) {
+      load_paged_keys<Tile>(addr(tile), addr(&full), map, w, n);
+    } else {
+      // One thread.
+      mbarrier::arrive_expect_tx(addr(&full), Tile::kBytes);
+      tma::load_operand_tile<Tile>(addr(tile), map, w.k_row0 + n * Shape::kBlockN, w.hk,
+                                   w.batch, addr(&full), tma::CacheHint::kEvictLast);
+    }
+  }
+
+  // Key block n from the pages of batch entry w.b, the boxes that hold a key of the sequence,
+  // one per lane. The barrier is armed for all of them before any lane issues its copy.
+  template <class Tile>
+  __device__ __forceinline__ void load_paged_keys(uint32_t tile, uint32_t full,
+                                                  const CUtensorMap* map, const FwdTileWork& w,
+                                                  int n) const {
+    const FwdPageTable& pages = params.pages;
+    const int key0 = n * Shape::kBlockN;
+    const int keys = min(Shape::kBlockN, w.seq.seqlen_k - key0);
+    const int boxes = (keys + pages.box_rows - 1) / pages.box_rows;
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    int page = 0, row = 0;
+    if (lane < boxes) {
+      const int key = key0 + lane * pages.box_rows;
+      const int index = key / pages.page_size;
+      page = __ldg(pages.block_table + w.b * pages.table_batch_stride + index);
+      row = key - index * pages.page_size;
+    }
+    if (lane == 0) {
+      mbarrier::arrive_expect_tx(full,
+                                 boxes * pages.box_rows * Tile::kLineBytes * Tile::kPanels);
+    }
+    __syncwarp();
+    if (lane < boxes) {
+      const uint32_t dst = tile + lane * pages.box_rows * Tile::kLineBytes;
+#pragma unroll
+      for (int p = 0; p < Tile::kPanels; ++p) {
+        tma::load_operand_box(dst + p * Tile::kPanelBytes, map, p * Tile::kPanelCols, row, w.hk,
+                              page, full, tma::CacheHint::kEvictLast);
+      }
+    }
   }
   __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Ring& at) const {
     load_keys<KTile>(smem.k[at.slot], smem.bar.k_full[at.slot], smem.bar.k_empty[at.slot],
@@ -53,10 +104,13 @@ struct FwdProducer {
                      &params.v_map, w, n, at);
   }
 
+  // Run by kThreads threads, which take the same path through it.
   __device__ __forceinline__ void run() const {
-    tma::prefetch_map(&params.q_map);
-    tma::prefetch_map(&params.k_map);
-    tma::prefetch_map(&params.v_map);
+    if (leader()) {
+      tma::prefetch_map(&params.q_map);
+      tma::prefetch_map(&params.k_map);
+      tma::prefetch_map(&params.v_map);
+    }
     const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{
         params.m_blocks, params.tiles, params.paired_tiles};
     Ring kv;
@@ -69,9 +123,11 @@ struct FwdProducer {
 
       const uint32_t q_full = addr(&smem.bar.q_full);
       mbarrier::wait(addr(&smem.bar.q_empty), tile_parity ^ 1);
-      mbarrier::arrive_expect_tx(q_full, QTile::kBytes);
-      tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch, q_full,
-                                    tma::CacheHint::kEvictFirst);
+      if (leader()) {
+        mbarrier::arrive_expect_tx(q_full, QTile::kBytes);
+        tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch,
+                                      q_full, tma::CacheHint::kEvictFirst);
+      }
 
       // V shares its ring with the previous tile's O staging (when Shape stages O there): the
       // first V waits for that epilogue, the second K does not.

@@ -102,5 +102,43 @@ TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
   EXPECT_EQ(plan_of(short_causal).kernel, hopper_or_sm80()) << "d = 256, causal, 513 keys";
 }
 
+// A paged KV cache of 64 pages of `page_size` rows over the dense problem's q: the prefill's
+// forward through block_table (forward_paged.cu's choose_paged_kernel).
+flashattn::core::KVCacheParams paged_params(int head_dim, int page_size) {
+  flashattn::core::KVCacheParams p;
+  static_cast<flashattn::core::AttentionParams&>(p) = dense_params(head_dim);
+  static const int32_t table[1] = {0};  // never dereferenced by the plan
+  p.block_table = table;
+  p.page_size = page_size;
+  p.num_pages = 64;
+  p.max_pages = 16;
+  p.block_table_batch_stride = p.max_pages;
+  p.seqlen_k = p.max_pages * page_size;
+  p.k.batch_stride = p.v.batch_stride = p.k.row_stride * page_size;
+  return p;
+}
+
+FwdPlan paged_plan_of(const flashattn::core::KVCacheParams& p) {
+  int device = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  FwdPlan plan;
+  const flashattn::Status s = flashattn::cuda::choose_paged_kernel(p, device, &plan);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return plan;
+}
+
+TEST_F(CudaForwardPlan, PagedPrefillOnTheHopperKernel) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    for (int page_size : {16, 48, 256}) {
+      EXPECT_EQ(paged_plan_of(paged_params(d, page_size)).kernel, hopper_or_sm80())
+          << "d = " << d << ", page size " << page_size;
+    }
+  }
+  EXPECT_EQ(paged_plan_of(paged_params(32, 16)).kernel, FwdKernel::kSm80) << "d = 32";
+  flashattn::core::KVCacheParams reversed = paged_params(128, 16);
+  reversed.v.row_stride = -reversed.v.row_stride;
+  EXPECT_EQ(paged_plan_of(reversed).kernel, FwdKernel::kSm80) << "negative v row stride";
+}
+
 }  // namespace
 }  // namespace fa_cuda_test

@@ -132,13 +132,14 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
 }
 
 // A full forward block of queries against a paged cache without leftpad: the forward kernel
-// reads K/V through block_table. Pages smaller than its 64-key block (16), larger (256) and
-// neither a divisor nor a multiple of it (48); one and two pipeline stages (d = 128, 64),
-// 32-column panels (96), 64-row query blocks (256); GQA; key counts that are not block
-// multiples. The workspace shows the route: only the int32 key counts, where the KV kernel's
-// two splits would need fp32 partial outputs.
+// reads K/V through block_table. Pages smaller than its key block (16), larger (256) and
+// neither a divisor nor a multiple of it (48); on the sm80 kernel one and two pipeline stages
+// (d = 128, 64), 32-column panels (96), 64-row query blocks (256); on the Hopper kernel every
+// compiled head dim, both tiles of d = 64 and 128, boxes of 16 to 128 keys; GQA; key counts
+// that are not block multiples. The workspace shows the route: only the int32 key counts,
+// where the KV kernel's two splits would need fp32 partial outputs.
 TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
-  for (int d : {64, 96, 128, 256}) {
+  for (int d : {64, 96, 128, 192, 256}) {
     for (int page_size : {16, 48, 256}) {
       for (bool causal : {false, true}) {
         KVCacheProblem p = problem(d);

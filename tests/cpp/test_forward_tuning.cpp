@@ -1,0 +1,45 @@
+// The Hopper forward's paged-cache choices (src/cuda/forward_tuning.hpp), checked on the CPU:
+// the box a key block is loaded in never crosses a page and divides the block, and the paged
+// prefill picks the tile with the larger boxes. The GPU suites run both tiles over every page
+// size class.
+#include <gtest/gtest.h>
+
+#include "cuda/forward_tuning.hpp"
+
+namespace {
+
+using flashattn::cuda::fwd_sm90_page_box_rows;
+using flashattn::cuda::fwd_sm90_paged_use_narrow;
+using flashattn::cuda::fwd_sm90_tile;
+
+TEST(ForwardTuning, PageBoxesDivideThePageAndTheKeyBlock) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    for (bool narrow : {false, true}) {
+      const int block_n = fwd_sm90_tile(d, d, narrow).block_n;
+      for (int page_size = 16; page_size <= 1024; page_size += 16) {
+        const int box = fwd_sm90_page_box_rows(page_size, block_n);
+        EXPECT_EQ(page_size % box, 0) << "d " << d << " page " << page_size;
+        EXPECT_EQ(block_n % box, 0) << "d " << d << " page " << page_size;
+        EXPECT_EQ(box % 16, 0) << "boxes start on whole swizzle atoms of 8 rows";
+        EXPECT_LE(box, 256) << "TMA boxes have at most 256 rows";
+      }
+    }
+  }
+  EXPECT_EQ(fwd_sm90_page_box_rows(16, 176), 16);
+  EXPECT_EQ(fwd_sm90_page_box_rows(48, 128), 16);
+  EXPECT_EQ(fwd_sm90_page_box_rows(256, 128), 128);
+  EXPECT_EQ(fwd_sm90_page_box_rows(256, 176), 16);
+  EXPECT_EQ(fwd_sm90_page_box_rows(160, 80), 80);
+}
+
+TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
+  // d = 128: 256-row pages take 128-key blocks whole, the 176-key tile in boxes of 16.
+  EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, false, 8192, 256));
+  // Pages of 16 give both tiles boxes of 16: the dense forward's choice (wide past 2048 keys).
+  EXPECT_FALSE(fwd_sm90_paged_use_narrow(128, false, 8192, 16));
+  EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, true, 8192, 16));
+  // d = 64: both tiles have 128-key blocks.
+  EXPECT_FALSE(fwd_sm90_paged_use_narrow(64, false, 8192, 256));
+}
+
+}  // namespace
