@@ -139,6 +139,24 @@ constexpr bool fwd_sm90_paged_use_narrow(int head_dim, bool grows, int seqlen_k,
   return fwd_sm90_use_narrow(head_dim, grows, seqlen_k);
 }
 
+// Packed GQA (sm90/fwd_scheduler.cuh): one tile holds the rows of every query head of a KV
+// head, so the key blocks are read once for all of them and short queries fill the tile. The
+// group (nheads / nheads_k) must be a power of two that divides block_m. Chosen where the
+// tiles' rows are clearly better used: the share of a tile's rows that hold a query, without
+// packing, below 0.9 of the share with it.
+constexpr double fwd_sm90_row_fill(long long rows, int block_m) {
+  return static_cast<double>(rows) /
+         static_cast<double>((rows + block_m - 1) / block_m * block_m);
+}
+constexpr bool fwd_sm90_pack_gqa(int nheads, int nheads_k, int seqlen_q, int block_m) {
+  if (nheads_k <= 0 || nheads % nheads_k != 0 || seqlen_q <= 0) return false;
+  const int group = nheads / nheads_k;
+  if (group < 2 || (group & (group - 1)) != 0 || block_m % group != 0) return false;
+  if (static_cast<long long>(seqlen_q) * group >= (1LL << 30)) return false;
+  return fwd_sm90_row_fill(seqlen_q, block_m) <
+         0.9 * fwd_sm90_row_fill(static_cast<long long>(seqlen_q) * group, block_m);
+}
+
 constexpr int fwd_sm90_round_up(int x, int to) { return (x + to - 1) / to * to; }
 
 // The least shared memory the kernel's storage (sm90/fwd_shape.cuh) takes: Q, the K and V

@@ -1,6 +1,6 @@
-// The Hopper forward's paged-cache choices (src/cuda/forward_tuning.hpp), checked on the CPU:
-// the box a key block is loaded in never crosses a page and divides the block, and the paged
-// prefill picks the tile with the larger boxes. The GPU suites run both tiles over every page
+// The Hopper forward's choices (src/cuda/forward_tuning.hpp), checked on the CPU: the box a
+// key block of a paged cache is loaded in never crosses a page and divides the block, the
+// paged prefill picks the tile with the larger boxes, and short GQA calls pack their heads. The GPU suites run both tiles over every page
 // size class.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 
 namespace {
 
+using flashattn::cuda::fwd_sm90_pack_gqa;
 using flashattn::cuda::fwd_sm90_page_box_rows;
 using flashattn::cuda::fwd_sm90_paged_use_narrow;
 using flashattn::cuda::fwd_sm90_tile;
@@ -40,6 +41,18 @@ TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
   EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, true, 8192, 16));
   // d = 64: both tiles have 128-key blocks.
   EXPECT_FALSE(fwd_sm90_paged_use_narrow(64, false, 8192, 256));
+}
+
+TEST(ForwardTuning, PackedGqaForShortQueries) {
+  EXPECT_TRUE(fwd_sm90_pack_gqa(32, 8, 16, 128));   // 16 queries x 4 heads fill half a tile
+  EXPECT_TRUE(fwd_sm90_pack_gqa(32, 8, 1, 128));
+  EXPECT_TRUE(fwd_sm90_pack_gqa(16, 2, 100, 128));  // 100 / 128 against 800 / 896
+  EXPECT_FALSE(fwd_sm90_pack_gqa(32, 8, 4096, 128));  // full tiles either way
+  EXPECT_FALSE(fwd_sm90_pack_gqa(32, 8, 128, 128));
+  EXPECT_FALSE(fwd_sm90_pack_gqa(8, 8, 16, 128));     // no group
+  EXPECT_FALSE(fwd_sm90_pack_gqa(24, 8, 16, 128));    // a group of 3 does not divide the tile
+  EXPECT_FALSE(fwd_sm90_pack_gqa(512, 2, 16, 128));   // 256 heads per KV head: more than a tile
+  EXPECT_FALSE(fwd_sm90_pack_gqa(32, 0, 16, 128));
 }
 
 }  // namespace

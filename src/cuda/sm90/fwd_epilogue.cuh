@@ -3,7 +3,7 @@
 //
 // O goes through shared memory (FwdStorage::o) so that the global stores are whole 16-byte
 // chunks of consecutive columns, row after row, whatever the output's strides; rows past the
-// sequence are not written. Each warpgroup stages its own rows, so where O has a buffer of its
+// sequence are not written. With packed GQA each row goes to its own query and head. Each warpgroup stages its own rows, so where O has a buffer of its
 // own the warpgroups do not wait for each other; where it is staged in the V ring, they first
 // wait until every one is done with the tile's last V, and the ring goes back to the producer
 // (o_empty) once each has read its rows out.
@@ -38,10 +38,26 @@ struct FwdEpilogue {
   const int warpgroup;
   const int thread;  // in the warpgroup
 
+  // The output row of the warpgroup's first row (rows of one head follow at row_stride).
   __device__ __forceinline__ T* out_rows(const FwdTileWork& w) const {
     const core::Operand& out = params.p.out;
     return static_cast<T*>(out.ptr) + core::element_offset(out, w.seq.batch, w.seq.q_row0, w.h) +
            static_cast<int64_t>(w.m0 + 64 * warpgroup) * out.row_stride;
+  }
+
+  // The output row of the warpgroup's row `row`: from out_rows, or with packed GQA at the
+  // row's own query and head.
+  __device__ __forceinline__ T* out_row(const FwdTileWork& w, T* rows, int64_t row_stride,
+                                        int row) const {
+    if constexpr (Shape::kPackGqa) {
+      const core::Operand& out = params.p.out;
+      const int r = 64 * warpgroup + row;
+      return static_cast<T*>(out.ptr) + core::element_offset(out, w.seq.batch,
+                                                             w.seq.q_row0 + w.query_of(r),
+                                                             w.head_of(r));
+    } else {
+      return rows + row * row_stride;
+    }
   }
 
   __device__ __forceinline__ void store_lse(const FwdTileWork& w, const float (&lse)[1][2]) const {
@@ -49,7 +65,10 @@ struct FwdEpilogue {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = 64 * warpgroup + thread / 32 * 16 + thread % 32 / 4 + 8 * half;
-      if (row < w.rows) params.p.lse[core::lse_offset(params.p, w.seq, w.h, w.m0 + row)] = lse[0][half];
+      if (row < w.rows) {
+        params.p.lse[core::lse_offset(params.p, w.seq, w.head_of(row), w.query_of(row))] =
+            lse[0][half];
+      }
     }
   }
 
@@ -93,7 +112,7 @@ struct FwdEpilogue {
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(tile + OTile::byte_offset(64 * warpgroup + row, 8 * chunk))
                    : "memory");
-      if (row < rows) *reinterpret_cast<uint4*>(out + row * row_stride + 8 * chunk) = v;
+      if (row < rows) *reinterpret_cast<uint4*>(out_row(w, out, row_stride, row) + 8 * chunk) = v;
     }
     store_lse(w, lse);
     if constexpr (Storage::kOStagedInV) {
@@ -112,7 +131,7 @@ struct FwdEpilogue {
     for (int i = thread; i < 64 * kChunksPerRow; i += 128) {
       const int row = i / kChunksPerRow;
       if (row < rows) {
-        *reinterpret_cast<uint4*>(out + row * row_stride + 8 * (i % kChunksPerRow)) =
+        *reinterpret_cast<uint4*>(out_row(w, out, row_stride, row) + 8 * (i % kChunksPerRow)) =
             make_uint4(0, 0, 0, 0);
       }
     }

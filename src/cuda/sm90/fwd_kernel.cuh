@@ -46,8 +46,7 @@ template <class T, class Shape>
 __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
                                                   FwdStorage<Shape>& smem, int warpgroup,
                                                   int thread) {
-  const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{
-      params.m_blocks, params.tiles, params.paired_tiles};
+  const auto scheduler = tile_scheduler<Shape>(params);
   FwdMainloop<T, Shape> mainloop(params, smem, warpgroup, thread);
   const FwdEpilogue<T, Shape> epilogue{params, smem, warpgroup, thread};
   RingPosition<Shape::kStages> kv;

@@ -62,8 +62,12 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
   FwdSm90Params params{};
   params.p = p;
   params.scores = score_scales(p);
-  params.m_blocks = (p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM;
-  params.tiles = p.batch * p.nheads * params.m_blocks;
+  // Packed GQA: the rows of a (batch entry, KV head) are its queries times its query heads.
+  const int group = p.nheads / p.nheads_k;
+  while (Shape::kPackGqa && (1 << params.group_shift) < group) ++params.group_shift;
+  const int heads = Shape::kPackGqa ? p.nheads_k : p.nheads;
+  params.m_blocks = ((p.seqlen_q << params.group_shift) + Shape::kBlockM - 1) / Shape::kBlockM;
+  params.tiles = p.batch * heads * params.m_blocks;
   // Pairs balance the blocks when each takes several tiles; with fewer tiles than SMs, one
   // tile per block ends sooner than the pair of the longest and the shortest.
   params.paired_tiles = p.keys_grow_with_rows() && params.tiles > sms;
@@ -94,7 +98,11 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
               {&params.k_map, p.k, k_extent, key_box_rows, "k"},
               {&params.v_map, p.v, v_extent, key_box_rows, "v"}};
   for (const auto& m : maps) {
-    const std::string error = encode_operand_tensor_map(m.map, m.op.ptr, m.extent, m.box_rows);
+    const bool packed_q = Shape::kPackGqa && m.map == &params.q_map;
+    const std::string error =
+        packed_q ? encode_packed_heads_tensor_map(m.map, m.op.ptr, m.extent, group,
+                                                  Shape::kBlockM / group)
+                 : encode_operand_tensor_map(m.map, m.op.ptr, m.extent, m.box_rows);
     if (!error.empty()) {
       return Status(StatusCode::kInternal,
                     std::string("sm90 forward: the TMA map of ") + m.name + ": " + error);
@@ -105,18 +113,22 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
   constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const int units = params.paired_tiles ? p.batch * p.nheads * ((params.m_blocks + 1) / 2)
+  const int units = params.paired_tiles ? p.batch * heads * ((params.m_blocks + 1) / 2)
                                         : params.tiles;
   const int grid = units < sms ? units : sms;
   kernel<<<grid, Shape::kThreads, kSmemBytes, stream>>>(params);
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
 
-// The table's tile for the call, or its narrow one (fwd_sm90_use_narrow).
+// The table's tile for the call, or its narrow one (fwd_sm90_use_narrow); short GQA calls
+// with the query heads of a KV head packed into the narrow tile (fwd_sm90_pack_gqa).
 template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
   static_assert(!kDropout, "dropout runs on the sm80 forward");
   using Narrow = FwdSm90TableTile<D, D, true>;
+  if (fwd_sm90_pack_gqa(p.nheads, p.nheads_k, p.seqlen_q, Narrow::value.block_m)) {
+    return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
+  }
   if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
     if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>>(p, stream);
@@ -127,6 +139,7 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 int forward_smem_bytes() {
+  // The packed-GQA kernel's storage is the narrow tile's.
   const int narrow = fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>();
   const int other = fwd_sm90_storage_bytes<FwdShape<D, D>>();
   return narrow > other ? narrow : other;

@@ -123,17 +123,42 @@ struct FwdMainloop {
     warpgroup::commit_group();
   }
 
+  // This thread's first row in the tile (the second is 8 further).
+  __device__ __forceinline__ int thread_row() const {
+    return 64 * warpgroup + warp_row0 + lane / 4;
+  }
+
+  // The ALiBi slopes, in raw units, of this thread's two rows: the tile's head's, or with
+  // packed GQA each row's own head's.
+  __device__ __forceinline__ void alibi_slopes(const FwdTileWork& w, float (&raw)[2]) const {
+    if (params.p.alibi_slopes == nullptr) {
+      raw[0] = raw[1] = 0.f;
+      return;
+    }
+    const float* slopes = params.p.alibi_slopes + w.b * params.p.alibi_batch_stride;
+    if constexpr (Shape::kPackGqa) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        raw[half] = slopes[w.head_of(thread_row() + 8 * half)] / params.scores.unit;
+      }
+    } else {
+      raw[0] = raw[1] = slopes[w.h] / params.scores.unit;
+    }
+  }
+
   // S of key block n, softcapped, biased and (Masked) masked, folded into the softmax; the
   // factor the rows of O must be scaled by.
   template <class Masked>
   __device__ __forceinline__ void fold(Masked masked, const FwdTileWork& w,
-                                       const VisibilityMask& mask, float alibi_raw,
+                                       const VisibilityMask& mask, const float (&alibi_raw)[2],
                                        float (&s)[kBlockN / 2], int n, float (&factor)[1][2]) {
-    const int row0 = w.m0 + 64 * warpgroup + warp_row0 + lane / 4;
+    const int row = thread_row();
+    constexpr bool kOneHead = !Shape::kPackGqa;  // both rows' slopes are alibi_raw[0]
     transform_scores(
-        masked, as_row_tiles(s), params.scores, alibi_raw != 0.f, mask,
-        n * kBlockN + 2 * (lane % 4), [&](int, int half) { return row0 + 8 * half; },
-        [&](int, int) { return alibi_raw; });
+        masked, as_row_tiles(s), params.scores,
+        alibi_raw[0] != 0.f || (!kOneHead && alibi_raw[1] != 0.f), mask,
+        n * kBlockN + 2 * (lane % 4), [&](int, int half) { return w.query_of(row + 8 * half); },
+        [&](int, int half) { return alibi_raw[kOneHead ? 0 : half]; });
     softmax.fold_block(as_row_tiles(s), params.scores.log2_unit, factor);
   }
 
@@ -173,11 +198,8 @@ struct FwdMainloop {
                                       int mma_thread) {
     const VisibilityMask mask{w.seq.seqlen_q, w.seq.seqlen_k, params.p.window_left,
                               params.p.window_right};
-    const float alibi_raw =
-        params.p.alibi_slopes == nullptr
-            ? 0.f
-            : params.p.alibi_slopes[w.b * params.p.alibi_batch_stride + w.h] /
-                  params.scores.unit;
+    float alibi_raw[2];
+    alibi_slopes(w, alibi_raw);
     const uint64_t q_desc =
         QRows::descriptor(addr(smem.q) + Shape::QTile::byte_offset(64 * warpgroup, 0));
     auto is_masked = [&](int n) { return n >= w.kb.unmasked_end || n < w.kb.unmasked_begin; };

@@ -31,8 +31,11 @@ struct FwdSm90Params {
   FwdPageTable pages;  // paged instantiation only
   core::AttentionParams p;
   ScoreScales scores;
-  int m_blocks;  // query blocks per (batch entry, head): ceil(seqlen_q / block_m)
+  int m_blocks;  // row blocks per (batch entry, head): ceil(seqlen_q / block_m)
   int tiles;     // batch * nheads * m_blocks
+  // Packed GQA (FwdShape::kPackGqa): log2 of the query heads per KV head, whose rows one tile
+  // holds; m_blocks and tiles then count blocks of (query, head) rows per (batch entry, KV head).
+  int group_shift;
   bool paired_tiles;  // the scheduler's units (fwd_scheduler.cuh)
   // Keys past a sequence's end are not zero-filled by TMA (varlen rows run into the next
   // sequence; seqused_k leaves rows in the tensor; a paged load skips the boxes past the end,

@@ -111,8 +111,7 @@ struct FwdProducer {
       tma::prefetch_map(&params.k_map);
       tma::prefetch_map(&params.v_map);
     }
-    const FwdTileScheduler<Shape::kBlockM, Shape::kBlockN> scheduler{
-        params.m_blocks, params.tiles, params.paired_tiles};
+    const auto scheduler = tile_scheduler<Shape>(params);
     Ring kv;
     uint32_t tile_parity = 0;  // of the tiles with keys this block has loaded so far
     for (FwdTileCursor c = scheduler.first(); scheduler.valid(c); scheduler.advance(c)) {
@@ -125,8 +124,14 @@ struct FwdProducer {
       mbarrier::wait(addr(&smem.bar.q_empty), tile_parity ^ 1);
       if (leader()) {
         mbarrier::arrive_expect_tx(q_full, QTile::kBytes);
-        tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch,
-                                      q_full, tma::CacheHint::kEvictFirst);
+        if constexpr (Shape::kPackGqa) {
+          // The packed map's coordinates run (col, head, row, batch) (fwd_launch.cuh).
+          tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.h, w.q_row, w.batch,
+                                        q_full, tma::CacheHint::kEvictFirst);
+        } else {
+          tma::load_operand_tile<QTile>(addr(smem.q), &params.q_map, w.q_row, w.h, w.batch,
+                                        q_full, tma::CacheHint::kEvictFirst);
+        }
       }
 
       // V shares its ring with the previous tile's O staging (when Shape stages O there): the

@@ -31,9 +31,12 @@ struct alignas(8) FwdBarriers {
   uint64_t v_full[Stages], v_empty[Stages];
 };
 
-template <int D, int DV, class TileT = FwdSm90TableTile<D, DV>>
+// kPackGqaT: a tile's rows are (query, head) pairs of the query heads of one KV head
+// (fwd_scheduler.cuh's FwdTileWork), the layout of short GQA calls (fwd_sm90_pack_gqa).
+template <int D, int DV, class TileT = FwdSm90TableTile<D, DV>, bool kPackGqaT = false>
 struct FwdShape {
   static constexpr FwdSm90Tile kTile = TileT::value;
+  static constexpr bool kPackGqa = kPackGqaT;
   static_assert(fwd_sm90_tile_valid(D, DV, kTile), "invalid Hopper forward tile");
   static constexpr int kHeadDim = D;
   static constexpr int kHeadDimV = DV;

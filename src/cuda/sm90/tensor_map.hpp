@@ -19,11 +19,12 @@ namespace flashattn::cuda::sm90 {
 namespace detail {
 
 // cuTensorMapEncodeTiled for `rank` dimensions (sizes innermost first, strides in bytes of
-// every dimension but the first) with [box_rows][64]-element boxes (1 in the dimensions past
-// the second). Empty on success, else what is wrong.
+// every dimension but the first) with boxes of 64 elements by box_rows by box_depth (1 in the
+// dimensions past the third), which land as box_rows * box_depth rows of 64. Empty on
+// success, else what is wrong.
 inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int rank,
                                          const cuuint64_t* dims, const cuuint64_t* strides,
-                                         uint32_t box_rows) {
+                                         uint32_t box_rows, uint32_t box_depth = 1) {
   // TMA's own limits: 16-byte aligned base and strides, boxes of at most 256 rows.
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "base is not 16-byte aligned";
   for (int i = 0; i + 1 < rank; ++i) {
@@ -31,6 +32,7 @@ inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int
     if (strides[i] >= (uint64_t{1} << 40)) return "a stride is 2^40 bytes or more";
   }
   if (box_rows == 0 || box_rows > 256) return "box_rows must be in 1..256";
+  if (box_depth == 0 || box_depth > 256) return "box_depth must be in 1..256";
 
   static void* const entry = [] {
     void* fn = nullptr;
@@ -48,7 +50,7 @@ inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int
       CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  const cuuint32_t box[4] = {64, box_rows, 1, 1};  // 64 elements = the 128-byte swizzle span
+  const cuuint32_t box[4] = {64, box_rows, box_depth, 1};  // 64 elements: the 128-byte swizzle
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult result = reinterpret_cast<Encode>(entry)(
       map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
@@ -78,6 +80,22 @@ struct OperandExtent {
   uint64_t cols, rows, heads, batch;
   int64_t row_stride, head_stride, batch_stride;
 };
+
+// The operand (q) in boxes of `group` heads by `queries` rows at coordinates (col, head, row,
+// batch): box row r is head r % group of query r / group, the packed-GQA rows of a tile
+// (fwd_scheduler.cuh).
+inline std::string encode_packed_heads_tensor_map(CUtensorMap* map, const void* base,
+                                                  const OperandExtent& e, uint32_t group,
+                                                  uint32_t queries) {
+  if (e.row_stride <= 0 || e.head_stride <= 0 || e.batch_stride <= 0) {
+    return "strides must be positive";
+  }
+  const cuuint64_t dims[4] = {e.cols, e.heads, e.rows, e.batch};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.head_stride) * 2,
+                                 static_cast<cuuint64_t>(e.row_stride) * 2,
+                                 static_cast<cuuint64_t>(e.batch_stride) * 2};
+  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, group, queries);
+}
 
 // The operand in [box_rows][64] boxes at coordinates (col, row, head, batch).
 inline std::string encode_operand_tensor_map(CUtensorMap* map, const void* base,

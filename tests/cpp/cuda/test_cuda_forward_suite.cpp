@@ -3,13 +3,15 @@
 // random inputs, poisoned outputs, out and lse under FA2's rule), in fp16 and bf16: head
 // dims with and without a kernel, odd and unequal sequence lengths, causal (rows without
 // keys included), windows, ALiBi, softcap, scale and extreme logits, GQA/MQA, varlen with
-// empty sequences and seqused_k, strided views and the layouts the kernels treat apart.
+// empty sequences and seqused_k, short GQA queries packed per KV head, strided views and the
+// layouts the kernels treat apart.
 // The CPU reference is the slow part: problems stay far below 1 GFLOP each.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cuda/forward_tuning.hpp"
 #include "cuda_test_support.hpp"
 #include "forward_checks.hpp"
 #include "layout_runner.hpp"
@@ -193,6 +195,35 @@ TEST_P(CudaForward, GqaAndMqa) {
   expect_passes_on_cuda(problem({1, 6, 3, 64, 64, 128}));
 }
 
+// Short queries with GQA: the Hopper kernel packs the query heads of a KV head into one tile
+// (fwd_sm90_pack_gqa says so for every problem here): rows of several heads and queries per
+// tile, masks and ALiBi per row, out and lse per (query, head), varlen and seqused_k.
+TEST_P(CudaForward, PackedGqaShortQueries) {
+  for (int group : {2, 4, 8, 16}) {
+    for (int sq : {1, 3, 21, 50}) {
+      Problem p = problem({2, 2 * group, 2, sq, 77 + 40 * group, group == 8 ? 128 : 64});
+      p.causal = sq % 2 == 1;
+      ASSERT_TRUE(flashattn::cuda::fwd_sm90_pack_gqa(p.nheads, p.nheads_k, sq, 128))
+          << "group " << group << ", " << sq << " queries";
+      expect_passes_on_cuda(p);
+    }
+  }
+  Problem window = problem({1, 16, 2, 40, 300, 256});
+  window.window_left = 20;
+  window.window_right = 3;
+  expect_passes_on_cuda(window);
+  Problem features = problem({2, 8, 2, 30, 150, 96});
+  features.alibi = true;
+  features.alibi_per_batch = true;
+  features.softcap = 15.f;
+  features.causal = true;
+  expect_passes_on_cuda(features);
+  Problem packed = varlen(16, 4, 192, {5, 0, 31, 17}, {60, 9, 200, 17});
+  packed.seqused_k = {40, 0, 150, 17};
+  packed.causal = true;
+  expect_passes_on_cuda(packed);
+}
+
 TEST_P(CudaForward, VarlenWithEmptySequencesAndSequsedK) {
   for (bool causal : {false, true}) {
     Problem p = varlen(4, 2, 64, {1, 17, 0, 127, 300, 5}, {5, 40, 17, 127, 250, 0});
@@ -242,13 +273,14 @@ TEST_P(CudaForward, ManyTilesPerBlock) {
 
 // More than 2048 keys: the Hopper kernel's wide tiles (forward_tuning.hpp's fwd_sm90_tile; the
 // narrow ones run shorter or causal calls).
+// (No GQA group here: short GQA queries take the packed narrow tile, PackedGqaShortQueries.)
 TEST_P(CudaForward, LongKeys) {
-  Problem wide = problem({1, 4, 2, 257, 2200, 128});
+  Problem wide = problem({1, 4, 4, 257, 2200, 128});
   expect_passes_on_cuda(wide);
   Problem causal = problem({1, 2, 2, 200, 2100, 64});
   causal.causal = true;
   expect_passes_on_cuda(causal);
-  Problem packed = varlen(2, 1, 128, {130, 20}, {2100, 2050});
+  Problem packed = varlen(2, 2, 128, {130, 20}, {2100, 2050});
   packed.seqused_k = {2100, 2049};
   expect_passes_on_cuda(packed);
   expect_unused_keys_ignored(packed);
@@ -256,12 +288,15 @@ TEST_P(CudaForward, LongKeys) {
 
 // Keys past seqused_k hold NaN and Inf: whole key blocks are loaded, and a kernel that
 // multiplied their zero weights by V would make every row of the block NaN.
+// One KV head for two query heads packs them into one tile (fwd_sm90_pack_gqa), two do not.
 TEST_P(CudaForward, UnusedKeysTakeNoPart) {
   for (int d : {64, 128, 256}) {
-    Problem p = varlen(2, 1, d, {70, 150, 33}, {200, 180, 100});
-    p.seqused_k = {130, 181 - 50, 1};
-    p.causal = d == 128;
-    expect_unused_keys_ignored(p);
+    for (int nheads_k : {1, 2}) {
+      Problem p = varlen(2, nheads_k, d, {70, 150, 33}, {200, 180, 100});
+      p.seqused_k = {130, 181 - 50, 1};
+      p.causal = d == 128;
+      expect_unused_keys_ignored(p);
+    }
   }
 }
 
