@@ -11,21 +11,32 @@ through the custom ops, which know how to trace.
 import torch
 
 from . import _torch_ops
+from ._calls import Options
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
-def applies(*tensors):
+_Tensor = torch.Tensor
+
+
+def applies(q, k, v, k_new=None):
     """Whether the eager path can take these inputs (else: the custom ops)."""
     if torch.compiler.is_compiling() or _dispatch_modes is None or _dispatch_modes():
         return False
-    return all(type(t) is torch.Tensor for t in tensors if t is not None)
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and (k_new is None or type(k_new) is _Tensor))
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, *inputs):
-        output = _torch_ops.run_forward(*inputs[:-1])  # deterministic is for the backward
+        (q, k, v, cu_q, cu_k, used_k, max_q, max_k, dropout_p, softmax_scale, causal, left,
+         right, softcap, alibi_slopes, _) = inputs  # deterministic is for the backward
+        options = Options(softmax_scale, causal, (left, right), softcap, alibi_slopes,
+                          dropout_p)
+        # Without dropout the rng_state is None here: nothing to keep, nothing to allocate.
+        output = _torch_ops.forward_with_options(q, k, v, cu_q, cu_k, used_k, max_q, max_k,
+                                                 options)
         _torch_ops.save_for_backward(ctx, inputs, output)
         return output
 
@@ -34,18 +45,23 @@ class _Attention(torch.autograd.Function):
         return _torch_ops.saved_gradients(ctx, grad_out, _torch_ops.run_backward)
 
 
+def needs_grad(q, k, v):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 def forward(q, k, v, *rest):
     """torch.ops.flashattn.forward(q, k, v, *rest)'s results, without its dispatch."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if needs_grad(q, k, v):
         return _Attention.apply(q, k, v, *rest)
     return _torch_ops.run_forward(q, k, v, *rest[:-1])
 
 
-def kvcache(q, k_cache, v_cache, k, *rest):
+def kvcache(q, k_cache, v_cache, k, *rest, with_lse=True):
     """torch.ops.flashattn.forward_kvcache's results, without its dispatch (it has no
-    gradient). Like the op, it bumps the caches' version counters when it writes them,
-    so autograd notices if a written cache had been saved for a backward."""
-    result = _torch_ops.run_forward_kvcache(q, k_cache, v_cache, k, *rest)
+    gradient); lse is None without with_lse. Like the op, it bumps the caches' version
+    counters when it writes them, so autograd notices if a written cache had been saved
+    for a backward."""
+    result = _torch_ops.run_forward_kvcache(q, k_cache, v_cache, k, *rest, with_lse=with_lse)
     if k is not None:
         torch.autograd.graph.increment_version(k_cache)
         torch.autograd.graph.increment_version(v_cache)
