@@ -96,8 +96,10 @@ class TensorLaunch {
   template <class Args>
   void run(Status (*entry)(const Args&, const Launch&), const Args& args) {
     Status status;
-    {
-      nb::gil_scoped_release unlocked;  // the CPU backend can run for a while
+    if (args.q.device.type == DeviceType::kCUDA) {
+      status = entry(args, launch_);  // queues kernels and returns
+    } else {
+      nb::gil_scoped_release unlocked;  // the CPU backend computes, for a while
       status = entry(args, launch_);
     }
     if (error_) throw std::move(*error_);

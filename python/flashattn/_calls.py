@@ -1,8 +1,10 @@
-"""The library's three calls over any array framework.
+"""The argument records every frontend shares (Options, Varlen, KVCache and their checks),
+and the library's three calls through an array adapter.
 
-An adapter (_numpy_arrays.NumpyArrays, _torch_tensors.TorchTensors) describes arrays for
-the binding, allocates outputs and makes the Launch; everything else, building the
-argument structs and the output shapes, is written once here.
+numpy arrays run the calls here: the adapter (_numpy_arrays.NumpyArrays) describes arrays
+for the binding, allocates outputs and makes the Launch; building the argument structs
+and the output shapes is written once here. torch tensors take the binding's *_tensors
+calls instead (_torch_ops.py), which read the same records in C++.
 """
 from typing import NamedTuple
 

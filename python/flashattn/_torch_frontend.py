@@ -29,30 +29,30 @@ def attention(q, k, v, varlen, options, deterministic, with_lse=True):
         cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
         max_q, max_k = varlen.max_seqlen_q, varlen.max_seqlen_k
     if _torch_eager.applies(q, k, v):
-        if not _torch_eager.needs_grad(q, k, v):
-            # The commonest call (inference) takes the options as they are.
-            return _torch_ops.forward_with_options(q, k, v, cu_q, cu_k, used_k, max_q, max_k,
-                                                   options, with_lse=with_lse)
-        run = _torch_eager.forward
-    else:
-        run = forward
+        # Eager calls take the options as they are, without the op's scalars.
+        if _torch_eager.needs_grad(q, k, v):
+            return _torch_eager.attention(q, k, v, (cu_q, cu_k, used_k, max_q, max_k), options,
+                                          bool(deterministic))
+        return _torch_ops.forward_with_options(q, k, v, cu_q, cu_k, used_k, max_q, max_k,
+                                               options, with_lse=with_lse)
     left, right = options.window_size
-    return run(q, k, v, cu_q, cu_k, used_k, int(max_q), int(max_k), float(options.dropout_p),
-               float(_scale(q, options)), bool(options.causal), int(left), int(right),
-               float(options.softcap), options.alibi_slopes, bool(deterministic))
+    return forward(q, k, v, cu_q, cu_k, used_k, int(max_q), int(max_k),
+                   float(options.dropout_p), float(_scale(q, options)), bool(options.causal),
+                   int(left), int(right), float(options.softcap), options.alibi_slopes,
+                   bool(deterministic))
 
 
 def kvcache(q, cache, options, with_lse=True):
     """(out, lse); without with_lse, an eager call skips lse (None)."""
-    left, right = options.window_size
-    inputs = (q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
-              cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx, cache.cache_leftpad,
-              cache.block_table, float(_scale(q, options)), bool(options.causal), int(left),
-              int(right), float(options.softcap), bool(cache.rotary_interleaved),
-              options.alibi_slopes, int(cache.num_splits))
     if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k):
-        return _torch_eager.kvcache(*inputs, with_lse=with_lse)
-    return forward_kvcache(*inputs)
+        return _torch_eager.kvcache(q, cache, options, with_lse)
+    left, right = options.window_size
+    return forward_kvcache(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
+                           cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
+                           cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
+                           bool(options.causal), int(left), int(right), float(options.softcap),
+                           bool(cache.rotary_interleaved), options.alibi_slopes,
+                           int(cache.num_splits))
 
 
 def _host_f32(tensor):

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from . import _C, _calls, _torch_rng
-from ._calls import Options, expect_attention_ranks, expect_rank, lse_shape
+from ._calls import (CACHE_LAYOUT, KVCache, Options, Q_LAYOUT, expect_attention_ranks,
+                     expect_rank, lse_shape)
 from ._torch_tensors import TorchTensors, stream_of
 
 
@@ -68,6 +69,15 @@ def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k,
     seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
     options = Options(softmax_scale, causal, (window_left, window_right), softcap,
                       alibi_slopes, dropout_p, seed, offset)
+    return backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                 seqused_k, max_seqlen_q, max_seqlen_k, options, deterministic,
+                                 grads)
+
+
+def backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                          max_seqlen_q, max_seqlen_k, options, deterministic, grads=None):
+    """The backward of every torch path, its options (dropout seed and offset included)
+    as one _calls.Options."""
     dout = TorchTensors.readable(dout, "dout")
     if grads is None:
         grads = (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
@@ -119,7 +129,7 @@ def _backward_fake(dout, q, k, v, *args):
 
 
 def save_for_backward(ctx, inputs, output):
-    """forward's autograd context (also the eager path's, _torch_eager.py)."""
+    """forward's autograd context."""
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
      deterministic) = inputs
@@ -129,44 +139,50 @@ def save_for_backward(ctx, inputs, output):
     ctx.scalars = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                    window_right, softcap)
     ctx.deterministic = deterministic
-    # (The eager path keeps no rng_state without dropout: None.)
-    ctx.mark_non_differentiable(*(t for t in (lse, rng_state) if t is not None))
+    ctx.mark_non_differentiable(lse, rng_state)
     # lse and rng_state never get gradients: without this autograd would allocate and
     # fill a zero tensor for each on every backward.
     ctx.set_materialize_grads(False)
 
 
-def saved_gradients(ctx, grad_out, backward_fn):
-    """The gradients of forward's 16 inputs from its saved context, by `backward_fn`
-    (the backward op, or run_backward on the eager path)."""
+def saved_gradients(ctx, grad_out):
+    """The gradients of forward's 16 inputs from its saved context, by the backward op."""
     q, k, v, out, lse, rng_state, cu_q, cu_k, used_k, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = backward_fn(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
-                             *ctx.scalars, alibi_slopes, ctx.deterministic)
+    dq, dk, dv = backward(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
+                          *ctx.scalars, alibi_slopes, ctx.deterministic)
     # Only q, k and v have gradients (lse is not differentiated, as in FlashAttention-2).
     return (dq, dk, dv) + (None,) * 13
 
 
 forward.register_autograd(
-    lambda ctx, grad_out, grad_lse, grad_rng_state: saved_gradients(ctx, grad_out, backward),
+    lambda ctx, grad_out, grad_lse, grad_rng_state: saved_gradients(ctx, grad_out),
     setup_context=save_for_backward)
 
 
 def run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                         window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
-                        num_splits, with_lse=True):
-    """The computation behind the forward_kvcache op: (out, lse), lse None without
-    with_lse (the eager path of a call that returns only out)."""
+                        num_splits):
+    """The computation behind the forward_kvcache op: (out, lse)."""
+    cache = KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
+                    cache_batch_idx, cache_leftpad, block_table, rotary_interleaved, num_splits)
     options = Options(softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes)
+    return forward_kvcache_with_options(q, cache, options)
+
+
+def forward_kvcache_with_options(q, cache, options, with_lse=True):
+    """The KV-cache forward of every torch path: (out, lse) from a _calls.KVCache and
+    _calls.Options; lse is None without with_lse (an eager call that returns only out)."""
     # The outputs' shapes are read from q and v_cache (the library checks the rest).
-    expect_rank(q, "q", 4, _calls.Q_LAYOUT[False])
-    expect_rank(v_cache, "v_cache", 4, _calls.CACHE_LAYOUT)
-    out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+    expect_rank(q, "q", 4, Q_LAYOUT[False])
+    expect_rank(cache.v_cache, "v_cache", 4, CACHE_LAYOUT)
+    out = q.new_empty((*q.shape[:-1], cache.v_cache.shape[-1]))
     lse = q.new_empty(lse_shape(q, False), dtype=torch.float32) if with_lse else None
-    _C.forward_kvcache_tensors(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
-                               cache_batch_idx, cache_leftpad, block_table,
-                               bool(rotary_interleaved), num_splits, out, lse, options,
-                               stream_of(q))
+    _C.forward_kvcache_tensors(q, cache.k_cache, cache.v_cache, cache.cache_seqlens, cache.k,
+                               cache.v, cache.rotary_cos, cache.rotary_sin,
+                               cache.cache_batch_idx, cache.cache_leftpad, cache.block_table,
+                               bool(cache.rotary_interleaved), cache.num_splits, out, lse,
+                               options, stream_of(q))
     return out, lse
 
 
