@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _C, _calls, _torch_rng
+from . import _C, _torch_rng
 from ._calls import (CACHE_LAYOUT, KVCache, Options, Q_LAYOUT, expect_attention_ranks,
                      expect_rank, lse_shape)
 from ._torch_tensors import TorchTensors, stream_of
@@ -29,7 +29,7 @@ def _rng_state_like(q, dropout_p):
 def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
                 dropout_p, softmax_scale, causal, window_left, window_right, softcap,
                 alibi_slopes, out=None):
-    """The computation behind the forward op (the eager path calls it directly):
+    """The computation behind the forward op (flashattn.torch calls it directly):
     (out, lse, rng_state). `out`, when given, is written instead of a new tensor."""
     options = Options(softmax_scale, causal, (window_left, window_right), softcap,
                       alibi_slopes, dropout_p)
