@@ -123,12 +123,21 @@ enum class Backend : int32_t {
 };
 FLASHATTN_API const char* to_string(Backend backend);
 
+// The caller's allocator for a call's workspace: returns at least `bytes` on the tensors'
+// device (stream-ordered on Launch::stream), or nullptr, which fails the call.
+using WorkspaceAllocator = void* (*)(size_t bytes, void* context);
+
 // Where and how a call runs.
 struct Launch {
   Backend backend = Backend::kAuto;
   void* stream = nullptr;  // cudaStream_t; ignored on the CPU
   void* workspace = nullptr;  // at least workspace_size() bytes, on the tensors' device
   size_t workspace_bytes = 0;
+  // Optional: asked, after validation, for a workspace when `workspace_bytes` is too small,
+  // so a caller need not size it with workspace_size() first (which validates the call a
+  // second time). Not called for a rejected call, nor for one that needs no workspace.
+  WorkspaceAllocator allocate_workspace = nullptr;
+  void* allocator_context = nullptr;
 };
 
 // ---------------------------------------------------------------- entry points ------

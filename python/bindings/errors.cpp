@@ -68,4 +68,10 @@ void raise_if_error(const Status& status) {
   throw nb::python_error();
 }
 
+void raise_invalid_argument(const std::string& name, const std::string& expected,
+                            const std::string& got) {
+  PyErr_SetString(types.invalid_argument, (name + ": expected " + expected + ", got " + got).c_str());
+  throw nb::python_error();
+}
+
 }  // namespace flashattn::python

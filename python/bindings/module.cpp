@@ -11,4 +11,5 @@ NB_MODULE(_C, m) {
   flashattn::python::bind_tensor(m);
   flashattn::python::bind_arguments(m);
   flashattn::python::bind_calls(m);
+  flashattn::python::bind_tensor_calls(m);
 }

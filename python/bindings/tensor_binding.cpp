@@ -30,22 +30,9 @@ void init_tensor(Tensor* self, uintptr_t data, DType dtype, const std::vector<in
                            " dimensions, got " + std::to_string(shape.size()))
                               .c_str());
   }
-  Tensor* t = new (self) Tensor();
-  t->data = reinterpret_cast<void*>(data);
-  t->dtype = dtype;
-  t->device = Device{device_type, device_index};
-  t->rank = static_cast<int>(shape.size());
-  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-  int64_t contiguous = 1;
-  for (int i = t->rank - 1; i >= 0; --i) {
-    t->shape[i] = shape[i];
-    // Frameworks leave the stride of a size-1 dimension, and every stride of an empty
-    // array, arbitrary (numpy may report 0); those strides address nothing, so the
-    // contiguous ones stand in for them rather than failing validation. Done here, not in
-    // Python, because it runs for every tensor of every call.
-    t->stride[i] = (empty || shape[i] == 1) ? contiguous : strides[i];
-    contiguous *= std::max<int64_t>(shape[i], 1);
-  }
+  new (self) Tensor(strided_view(reinterpret_cast<void*>(data), dtype,
+                                 Device{device_type, device_index}, shape.data(),
+                                 strides.data(), static_cast<int>(shape.size())));
 }
 
 std::vector<int64_t> dims(const int64_t* values, int rank) {
@@ -63,6 +50,27 @@ std::string repr(const Tensor& t) {
 }
 
 }  // namespace
+
+Tensor strided_view(void* data, DType dtype, Device device, const int64_t* shape,
+                    const int64_t* strides, int rank) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = rank;
+  const bool empty = std::find(shape, shape + rank, 0) != shape + rank;
+  int64_t contiguous = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    // Frameworks leave the stride of a size-1 dimension, and every stride of an empty
+    // array, arbitrary (numpy may report 0); those strides address nothing, so the
+    // contiguous ones stand in for them rather than failing validation. Done here, not in
+    // Python, because it runs for every tensor of every call.
+    t.stride[i] = (empty || shape[i] == 1) ? contiguous : strides[i];
+    contiguous *= std::max<int64_t>(shape[i], 1);
+  }
+  return t;
+}
 
 void bind_tensor(nb::module_& m) {
   nb::enum_<DType>(m, "DType")

@@ -1,18 +1,21 @@
-"""The library's three calls over any array framework.
+"""The argument records every frontend shares (Options, Varlen, KVCache and their checks),
+and the library's three calls through an array adapter.
 
-An adapter (_numpy_arrays.NumpyArrays, _torch_tensors.TorchTensors) describes arrays for
-the binding, allocates outputs and makes the Launch; everything else, building the
-argument structs and the output shapes, is written once here.
+numpy arrays run the calls here: the adapter (_numpy_arrays.NumpyArrays) describes arrays
+for the binding, allocates outputs and makes the Launch; building the argument structs
+and the output shapes is written once here. torch tensors take the binding's *_tensors
+calls instead (_torch_ops.py), which read the same records in C++.
 """
 from typing import NamedTuple
 
 from . import _C
 from ._errors import invalid_argument
 
-_Q_LAYOUT = {False: "[batch, seqlen_q, nheads, head_dim]",
+Q_LAYOUT = {False: "[batch, seqlen_q, nheads, head_dim]",
              True: "[total_q, nheads, head_dim] (varlen)"}
-_K_LAYOUT = {False: "[batch, seqlen_k, nheads_k, head_dim]",
+K_LAYOUT = {False: "[batch, seqlen_k, nheads_k, head_dim]",
              True: "[total_k, nheads_k, head_dim] (varlen)"}
+CACHE_LAYOUT = "[batch_cache, seqlen_cache, nheads_k, head_dim] (or paged)"
 _INT32 = (-2**31, 2**31 - 1)
 
 
@@ -105,9 +108,9 @@ def expect_attention_ranks(q, k, v, varlen):
     them before the library sees the call."""
     packed = varlen is not None
     rank = 3 if packed else 4
-    expect_rank(q, "q", rank, _Q_LAYOUT[packed])
-    expect_rank(k, "k", rank, _K_LAYOUT[packed])
-    expect_rank(v, "v", rank, _K_LAYOUT[packed])
+    expect_rank(q, "q", rank, Q_LAYOUT[packed])
+    expect_rank(k, "k", rank, K_LAYOUT[packed])
+    expect_rank(v, "v", rank, K_LAYOUT[packed])
 
 
 def _allocate(make_outputs, explain):
@@ -228,10 +231,9 @@ class KVCache(NamedTuple):
 
 def forward_kvcache(adapter, q, cache, options):
     """Returns (out, lse); appends cache.k / cache.v to the caches in place."""
-    expect_rank(q, "q", 4, _Q_LAYOUT[False])
-    cache_layout = "[batch_cache, seqlen_cache, nheads_k, head_dim] (or paged)"
-    expect_rank(cache.k_cache, "k_cache", 4, cache_layout)
-    expect_rank(cache.v_cache, "v_cache", 4, cache_layout)
+    expect_rank(q, "q", 4, Q_LAYOUT[False])
+    expect_rank(cache.k_cache, "k_cache", 4, CACHE_LAYOUT)
+    expect_rank(cache.v_cache, "v_cache", 4, CACHE_LAYOUT)
     if cache.k is not None:
         adapter.expect_writable(cache.k_cache, "k_cache")
         adapter.expect_writable(cache.v_cache, "v_cache")

@@ -15,15 +15,16 @@ def _draw_seed_offset():
     return seed, offset
 
 
-def attention(q, k, v, varlen, options, deterministic):
-    """(out, lse, rng) where rng is the (seed, offset) dropout used."""
+def attention(q, k, v, varlen, options, deterministic, with_lse=True):
+    """(out, lse, rng) where rng is the (seed, offset) dropout used (lse is always
+    computed: the CPU backend's cost does not change without it)."""
     rng = _draw_seed_offset() if options.dropout_p > 0 else (0, 0)
     options = options._replace(dropout_seed=rng[0], dropout_offset=rng[1])
     out, lse = _calls.forward(NumpyArrays, q, k, v, options, varlen)
     return out, lse, rng
 
 
-def kvcache(q, cache, options):
+def kvcache(q, cache, options, with_lse=True):
     return _calls.forward_kvcache(NumpyArrays, q, cache, options)
 
 

@@ -3,50 +3,87 @@
 A torch.library custom op costs tens of microseconds of Python per call (argument
 defaults filled from the schema, the generated autograd wrapper, a redispatch per
 dispatch key), several times what the kernel takes at short sequence lengths. Plain
-tensors in eager mode therefore run the same computations (_torch_ops.run_*) directly,
-under a torch.autograd.Function when a gradient is needed. Everything else, torch.compile
-and export tracing, fake or functional tensors, tensor subclasses and dispatch modes, goes
-through the custom ops, which know how to trace.
+tensors in eager mode therefore run the same computations (_torch_ops.*_with_options)
+directly, under a torch.autograd.Function when a gradient is needed. Everything else,
+torch.compile and export tracing, fake or functional tensors, tensor subclasses, dispatch
+modes and functorch transforms, goes through the custom ops, which know how to trace.
 """
 import torch
 
-from . import _torch_ops
+from . import _torch_ops, _torch_rng
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_Tensor = torch.Tensor
 
 
-def applies(*tensors):
+def applies(q, k, v, k_new=None):
     """Whether the eager path can take these inputs (else: the custom ops)."""
-    if torch.compiler.is_compiling() or _dispatch_modes is None or _dispatch_modes():
+    if (torch.compiler.is_compiling() or _dispatch_modes is None or _dispatch_modes()
+            or _functorch_active is None or _functorch_active()):
         return False
-    return all(type(t) is torch.Tensor for t in tensors if t is not None)
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and (k_new is None or type(k_new) is _Tensor))
+
+
+def needs_grad(q, k, v):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+class _Call:
+    """Everything of an attention call but q, k and v, as one argument of
+    _Attention.apply: an object pytree does not walk (apply's cost grows with its
+    argument count) and whose tensors need no gradient."""
+
+    __slots__ = ("varlen", "options", "deterministic")
+
+    def __init__(self, varlen, options, deterministic):
+        self.varlen = varlen  # (cu_seqlens_q, cu_seqlens_k, seqused_k, max_q, max_k)
+        self.options = options
+        self.deterministic = deterministic
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, *inputs):
-        output = _torch_ops.run_forward(*inputs[:-1])  # deterministic is for the backward
-        _torch_ops.save_for_backward(ctx, inputs, output)
-        return output
+    def forward(ctx, q, k, v, call):
+        out, lse, rng_state = _torch_ops.forward_with_options(q, k, v, *call.varlen,
+                                                              call.options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.call = call
+        ctx.rng_state = rng_state  # None without dropout: nothing to keep
+        ctx.mark_non_differentiable(*(t for t in (lse, rng_state) if t is not None))
+        # lse and rng_state never get gradients: without this autograd would allocate and
+        # fill a zero tensor for each on every backward.
+        ctx.set_materialize_grads(False)
+        return out, lse, rng_state
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse, grad_rng_state):
-        return _torch_ops.saved_gradients(ctx, grad_out, _torch_ops.run_backward)
+        q, k, v, out, lse = ctx.saved_tensors
+        call = ctx.call
+        options = call.options
+        if options.dropout_p > 0:
+            seed, offset = _torch_rng.from_rng_state(ctx.rng_state)
+            options = options._replace(dropout_seed=seed, dropout_offset=offset)
+        dq, dk, dv = _torch_ops.backward_with_options(grad_out, q, k, v, out, lse, *call.varlen,
+                                                      options, call.deterministic)
+        return dq, dk, dv, None
 
 
-def forward(q, k, v, *rest):
-    """torch.ops.flashattn.forward(q, k, v, *rest)'s results, without its dispatch."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(q, k, v, *rest)
-    return _torch_ops.run_forward(q, k, v, *rest[:-1])
+def attention(q, k, v, varlen, options, deterministic):
+    """torch.ops.flashattn.forward's (out, lse, rng_state) with autograd, without its
+    dispatch; rng_state is None without dropout. `varlen` is (cu_seqlens_q, cu_seqlens_k,
+    seqused_k, max_seqlen_q, max_seqlen_k)."""
+    return _Attention.apply(q, k, v, _Call(varlen, options, deterministic))
 
 
-def kvcache(q, k_cache, v_cache, k, *rest):
-    """torch.ops.flashattn.forward_kvcache's results, without its dispatch (it has no
-    gradient). Like the op, it bumps the caches' version counters when it writes them,
-    so autograd notices if a written cache had been saved for a backward."""
-    result = _torch_ops.run_forward_kvcache(q, k_cache, v_cache, k, *rest)
-    if k is not None:
-        torch.autograd.graph.increment_version(k_cache)
-        torch.autograd.graph.increment_version(v_cache)
+def kvcache(q, cache, options, with_lse):
+    """torch.ops.flashattn.forward_kvcache's (out, lse), without its dispatch (it has no
+    gradient); lse is None without with_lse. Like the op, it bumps the caches' version
+    counters when it writes them, so autograd notices if a written cache had been saved
+    for a backward."""
+    result = _torch_ops.forward_kvcache_with_options(q, cache, options, with_lse)
+    if cache.k is not None:
+        torch.autograd.graph.increment_version(cache.k_cache)
+        torch.autograd.graph.increment_version(cache.v_cache)
     return result

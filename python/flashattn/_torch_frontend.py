@@ -6,6 +6,7 @@ import torch
 
 from ._attn_probs import attention_probs
 from . import _torch_eager
+from . import _torch_ops
 from ._torch_ops import forward, forward_kvcache
 from ._torch_rng import from_rng_state
 from ._torch_tensors import TorchTensors
@@ -20,29 +21,38 @@ def _scale(q, options):
     return q.shape[-1] ** -0.5 if q.shape[-1] > 0 else 1.0
 
 
-def attention(q, k, v, varlen, options, deterministic):
-    """(out, lse, rng_state)."""
-    left, right = options.window_size
+def attention(q, k, v, varlen, options, deterministic, with_lse=True):
+    """(out, lse, rng_state); without with_lse, an inference call may skip lse (None)."""
     cu_q = cu_k = used_k = None
     max_q = max_k = 0
     if varlen is not None:
         cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
-        max_q, max_k = int(varlen.max_seqlen_q), int(varlen.max_seqlen_k)
-    run = _torch_eager.forward if _torch_eager.applies(q, k, v) else forward
-    return run(q, k, v, cu_q, cu_k, used_k, max_q, max_k, float(options.dropout_p),
-               float(_scale(q, options)), bool(options.causal), int(left), int(right),
-               float(options.softcap), options.alibi_slopes, bool(deterministic))
-
-
-def kvcache(q, cache, options):
+        max_q, max_k = varlen.max_seqlen_q, varlen.max_seqlen_k
+    if _torch_eager.applies(q, k, v):
+        # Eager calls take the options as they are, without the op's scalars.
+        if _torch_eager.needs_grad(q, k, v):
+            return _torch_eager.attention(q, k, v, (cu_q, cu_k, used_k, max_q, max_k), options,
+                                          bool(deterministic))
+        return _torch_ops.forward_with_options(q, k, v, cu_q, cu_k, used_k, max_q, max_k,
+                                               options, with_lse=with_lse)
     left, right = options.window_size
-    run = (_torch_eager.kvcache if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k)
-           else forward_kvcache)
-    return run(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
-               cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
-               cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
-               bool(options.causal), int(left), int(right), float(options.softcap),
-               bool(cache.rotary_interleaved), options.alibi_slopes, int(cache.num_splits))
+    return forward(q, k, v, cu_q, cu_k, used_k, int(max_q), int(max_k),
+                   float(options.dropout_p), float(_scale(q, options)), bool(options.causal),
+                   int(left), int(right), float(options.softcap), options.alibi_slopes,
+                   bool(deterministic))
+
+
+def kvcache(q, cache, options, with_lse=True):
+    """(out, lse); without with_lse, an eager call skips lse (None)."""
+    if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k):
+        return _torch_eager.kvcache(q, cache, options, with_lse)
+    left, right = options.window_size
+    return forward_kvcache(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
+                           cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
+                           cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
+                           bool(options.causal), int(left), int(right), float(options.softcap),
+                           bool(cache.rotary_interleaved), options.alibi_slopes,
+                           int(cache.num_splits))
 
 
 def _host_f32(tensor):

@@ -11,20 +11,10 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _calls, _torch_rng
-from ._torch_tensors import TorchTensors
-
-
-def _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-             dropout_p=0.0, seed=0, offset=0):
-    return _calls.Options(softmax_scale, causal, (window_left, window_right), softcap,
-                          alibi_slopes, dropout_p, seed, offset)
-
-
-def _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
-    if cu_seqlens_q is None:
-        return None
-    return _calls.Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+from . import _C, _torch_rng
+from ._calls import (CACHE_LAYOUT, KVCache, Options, Q_LAYOUT, expect_attention_ranks,
+                     expect_rank, lse_shape)
+from ._torch_tensors import TorchTensors, stream_of
 
 
 def _rng_state_like(q, dropout_p):
@@ -39,33 +29,63 @@ def _rng_state_like(q, dropout_p):
 def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
                 dropout_p, softmax_scale, causal, window_left, window_right, softcap,
                 alibi_slopes, out=None):
-    """The computation behind the forward op (the eager path calls it directly):
+    """The computation behind the forward op (flashattn.torch calls it directly):
     (out, lse, rng_state). `out`, when given, is written instead of a new tensor."""
-    if dropout_p > 0:
+    options = Options(softmax_scale, causal, (window_left, window_right), softcap,
+                      alibi_slopes, dropout_p)
+    out, lse, rng_state = forward_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                               max_seqlen_q, max_seqlen_k, options, out)
+    return out, lse, _rng_state_like(q, 0) if rng_state is None else rng_state
+
+
+def forward_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                         max_seqlen_k, options, out=None, with_lse=True):
+    """The forward of every torch path: (out, lse, rng_state) with its options as one
+    _calls.Options (softmax_scale None: 1/sqrt(d)). Dropout's seed and offset are taken
+    here; without dropout rng_state is None (run_forward gives the op its empty tensor),
+    and without with_lse so is lse (an inference call that returns only out)."""
+    rng_state = None
+    if options.dropout_p > 0:
         seed, offset = _torch_rng.take_seed_offset(q.device)
         rng_state = _torch_rng.as_rng_state(seed, offset)
-    else:
-        seed = offset = 0
-        rng_state = _rng_state_like(q, dropout_p)
-    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, seed, offset)
-    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
-    out, lse = _calls.forward(TorchTensors, q, k, v, options, varlen, out)
+        options = options._replace(dropout_seed=seed, dropout_offset=offset)
+    # The outputs' shapes are read from q and v, so their ranks are checked first; the
+    # library validates everything else, once, in forward_tensors.
+    expect_attention_ranks(q, k, v, cu_seqlens_q)
+    if out is None:
+        out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = (q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+           if with_lse else None)
+    _C.forward_tensors(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                       max_seqlen_k, options, stream_of(q))
     return out, lse, rng_state
 
 
 def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
                  max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                  window_right, softcap, alibi_slopes, deterministic, grads=None):
-    """The computation behind the backward op: (dq, dk, dv), written into `grads` when
-    given."""
+    """The computation behind the backward op: (dq, dk, dv), contiguous in the shapes of
+    q, k and v, or written into `grads` when given."""
     seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
-    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, seed, offset)
-    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    options = Options(softmax_scale, causal, (window_left, window_right), softcap,
+                      alibi_slopes, dropout_p, seed, offset)
+    return backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                 seqused_k, max_seqlen_q, max_seqlen_k, options, deterministic,
+                                 grads)
+
+
+def backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                          max_seqlen_q, max_seqlen_k, options, deterministic, grads=None):
+    """The backward of every torch path, its options (dropout seed and offset included)
+    as one _calls.Options."""
     dout = TorchTensors.readable(dout, "dout")
-    return _calls.backward(TorchTensors, dout, q, k, v, out, lse, options, varlen, deterministic,
-                           grads)
+    if grads is None:
+        grads = (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+    dq, dk, dv = grads
+    _C.backward_tensors(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                        seqused_k, max_seqlen_q, max_seqlen_k, options, bool(deterministic),
+                        stream_of(q))
+    return dq, dk, dv
 
 
 @torch.library.custom_op("flashattn::forward", mutates_args=())
@@ -86,7 +106,7 @@ def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, 
                   dropout_p, softmax_scale, causal, window_left, window_right, softcap,
                   alibi_slopes, deterministic):
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-    lse = q.new_empty(_calls.lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+    lse = q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
     return out, lse, _rng_state_like(q, dropout_p)
 
 
@@ -109,7 +129,7 @@ def _backward_fake(dout, q, k, v, *args):
 
 
 def save_for_backward(ctx, inputs, output):
-    """forward's autograd context (also the eager path's, _torch_eager.py)."""
+    """forward's autograd context."""
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
      deterministic) = inputs
@@ -120,24 +140,22 @@ def save_for_backward(ctx, inputs, output):
                    window_right, softcap)
     ctx.deterministic = deterministic
     ctx.mark_non_differentiable(lse, rng_state)
-    # lse and rng_state never get gradients: without this autograd would fill a zero
-    # tensor for each on every backward (two allocations and fills, ~100 us of host time
-    # apiece as profiled on the H200 host).
+    # lse and rng_state never get gradients: without this autograd would allocate and
+    # fill a zero tensor for each on every backward.
     ctx.set_materialize_grads(False)
 
 
-def saved_gradients(ctx, grad_out, backward_fn):
-    """The gradients of forward's 16 inputs from its saved context, by `backward_fn`
-    (the backward op, or run_backward on the eager path)."""
+def saved_gradients(ctx, grad_out):
+    """The gradients of forward's 16 inputs from its saved context, by the backward op."""
     q, k, v, out, lse, rng_state, cu_q, cu_k, used_k, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = backward_fn(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
-                             *ctx.scalars, alibi_slopes, ctx.deterministic)
+    dq, dk, dv = backward(grad_out, q, k, v, out, lse, rng_state, cu_q, cu_k, used_k,
+                          *ctx.scalars, alibi_slopes, ctx.deterministic)
     # Only q, k and v have gradients (lse is not differentiated, as in FlashAttention-2).
     return (dq, dk, dv) + (None,) * 13
 
 
 forward.register_autograd(
-    lambda ctx, grad_out, grad_lse, grad_rng_state: saved_gradients(ctx, grad_out, backward),
+    lambda ctx, grad_out, grad_lse, grad_rng_state: saved_gradients(ctx, grad_out),
     setup_context=save_for_backward)
 
 
@@ -146,11 +164,26 @@ def run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache
                         window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
                         num_splits):
     """The computation behind the forward_kvcache op: (out, lse)."""
-    cache = _calls.KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
-                           cache_batch_idx, cache_leftpad, block_table, rotary_interleaved,
-                           num_splits)
-    options = _options(softmax_scale, causal, window_left, window_right, softcap, alibi_slopes)
-    return _calls.forward_kvcache(TorchTensors, q, cache, options)
+    cache = KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
+                    cache_batch_idx, cache_leftpad, block_table, rotary_interleaved, num_splits)
+    options = Options(softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes)
+    return forward_kvcache_with_options(q, cache, options)
+
+
+def forward_kvcache_with_options(q, cache, options, with_lse=True):
+    """The KV-cache forward of every torch path: (out, lse) from a _calls.KVCache and
+    _calls.Options; lse is None without with_lse (an eager call that returns only out)."""
+    # The outputs' shapes are read from q and v_cache (the library checks the rest).
+    expect_rank(q, "q", 4, Q_LAYOUT[False])
+    expect_rank(cache.v_cache, "v_cache", 4, CACHE_LAYOUT)
+    out = q.new_empty((*q.shape[:-1], cache.v_cache.shape[-1]))
+    lse = q.new_empty(lse_shape(q, False), dtype=torch.float32) if with_lse else None
+    _C.forward_kvcache_tensors(q, cache.k_cache, cache.v_cache, cache.cache_seqlens, cache.k,
+                               cache.v, cache.rotary_cos, cache.rotary_sin,
+                               cache.cache_batch_idx, cache.cache_leftpad, cache.block_table,
+                               bool(cache.rotary_interleaved), cache.num_splits, out, lse,
+                               options, stream_of(q))
+    return out, lse
 
 
 @torch.library.custom_op("flashattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -172,4 +205,4 @@ def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Ten
 @forward_kvcache.register_fake
 def _forward_kvcache_fake(q, k_cache, v_cache, *args):
     out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
-    return out, q.new_empty(_calls.lse_shape(q, False), dtype=torch.float32)
+    return out, q.new_empty(lse_shape(q, False), dtype=torch.float32)

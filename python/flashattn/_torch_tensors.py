@@ -1,6 +1,7 @@
-"""torch tensors as flashattn tensors: descriptions for the binding, allocation through
-torch's allocator, and the current CUDA stream. Only data_ptr(), stride() and the device
-cross into the library, so any torch version works with one build."""
+"""torch tensors for the library: registered with the binding, which reads each call's
+tensors itself (data_ptr(), shape, stride(), dtype, device) in one crossing per call, and
+the helpers the torch paths share: the current CUDA stream, input conversions. Only those
+attributes cross into the library, so any torch version works with one build."""
 import torch
 
 from . import _C
@@ -14,73 +15,32 @@ _DTYPES = {
 }
 
 
-# Per-call paths avoid tensor.device.type and torch.cuda.current_stream(device): each
-# builds Python objects (a device, a string, a Stream) that cost microseconds per call.
+def _workspace_bytes(like, nbytes):
+    """A call's workspace, asked for by the library once it has sized it: torch's caching
+    allocator orders its reuse after the work queued on the current stream."""
+    return like.new_empty((nbytes,), dtype=torch.uint8)
+
+
+_C.register_tensor_framework(torch.Tensor, "torch.Tensor", _DTYPES, _workspace_bytes)
+
+# torch.cuda.current_stream(device) builds a Stream object per call (microseconds); the
+# raw getter returns the handle as an int.
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _device_of(tensor):
-    if tensor.is_cuda:
-        return _C.DeviceType.CUDA, tensor.get_device()
-    if tensor.device.type == "cpu":
-        return _C.DeviceType.CPU, 0
-    raise invalid_argument("q", "a cpu or cuda tensor", f"device {tensor.device}")
-
-
-def _stream_of(tensor):
+def stream_of(tensor):
+    """The current CUDA stream of `tensor`'s device as an int (0 for a CPU tensor)."""
+    if not tensor.is_cuda:
+        return 0
     if _current_raw_stream is not None:
         return _current_raw_stream(tensor.get_device())
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 class TorchTensors:
-    """The adapter the framework-neutral calls (_calls.py) use for torch inputs."""
+    """Input conversions of the flash_attn functions (interface.py) for torch tensors."""
 
     name = "torch"
-
-    @staticmethod
-    def is_cuda(tensor):
-        return tensor.is_cuda
-
-    @staticmethod
-    def describe(tensor, name):
-        if tensor is None:
-            return _C.Tensor()
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-        dtype = _DTYPES.get(tensor.dtype)
-        if dtype is None:
-            raise invalid_argument(name, "dtype float32, float16, bfloat16 (or int32 for indices)",
-                                   str(tensor.dtype).replace("torch.", ""))
-        device_type, device_index = _device_of(tensor)
-        # The binding normalizes the strides of size-1 dimensions.
-        return _C.Tensor(tensor.data_ptr(), dtype, tensor.shape, tensor.stride(), device_type,
-                         device_index)
-
-    @staticmethod
-    def expect_writable(tensor, name):
-        """torch tensors are always writable (the custom op declares the mutation)."""
-
-    @staticmethod
-    def empty(like, shape, float32=False):
-        return like.new_empty(shape, dtype=torch.float32 if float32 else like.dtype)
-
-    @staticmethod
-    def launch(like, workspace_bytes):
-        """A Launch on `like`'s device: the current CUDA stream and, when the call needs
-        one, a workspace from torch's allocator (returned so it outlives the call)."""
-        launch = _C.Launch()
-        workspace = None
-        if like.is_cuda:
-            launch.backend = _C.Backend.CUDA
-            launch.stream = _stream_of(like)
-        else:
-            launch.backend = _C.Backend.CPU
-        if workspace_bytes:
-            workspace = like.new_empty((workspace_bytes,), dtype=torch.uint8)
-            launch.workspace = workspace.data_ptr()
-            launch.workspace_bytes = workspace_bytes
-        return launch, workspace
 
     @staticmethod
     def readable(tensor, name):
@@ -99,6 +59,8 @@ class TorchTensors:
             return None
         if not isinstance(values, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(values).__name__}")
+        if values.dtype is torch.int32 and values.is_contiguous():
+            return values
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
             raise invalid_argument(name, "an integer tensor (int32)",
                                    str(values.dtype).replace("torch.", ""))

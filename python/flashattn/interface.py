@@ -14,8 +14,7 @@ import sys
 import numpy as np
 
 from . import _numpy_frontend, _paged
-from ._calls import (KVCache, Options, Varlen, expect_attention_ranks, flash_attn_window,
-                     int32)
+from ._calls import KVCache, Options, Q_LAYOUT, Varlen, flash_attn_window, int32
 from ._calls import expect_rank as _calls_expect_rank
 from ._errors import invalid_argument
 
@@ -35,10 +34,16 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_
                    alibi_slopes, dropout_p)
 
 
+_torch_frontend = None  # imported with the first torch call: flashattn imports without torch
+
+
 def _frontend(q):
+    global _torch_frontend
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(q, torch.Tensor):
-        from . import _torch_frontend
+        if _torch_frontend is None:
+            from . import _torch_frontend as frontend
+            _torch_frontend = frontend
         return _torch_frontend
     if isinstance(q, np.ndarray):
         return _numpy_frontend
@@ -54,9 +59,10 @@ def _required(*named):
 def _attention(q, k, v, varlen, options, deterministic, return_attn_probs):
     _required((q, "q"), (k, "k"), (v, "v"))
     frontend = _frontend(q)
-    q, k, v = (frontend.adapter.readable(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
-    expect_attention_ranks(q, k, v, varlen)
-    out, lse, rng = frontend.attention(q, k, v, varlen, options, deterministic)
+    readable = frontend.adapter.readable
+    q, k, v = readable(q, "q"), readable(k, "k"), readable(v, "v")
+    out, lse, rng = frontend.attention(q, k, v, varlen, options, deterministic,
+                                       with_lse=return_attn_probs)
     if not return_attn_probs:
         return out
     if options.dropout_p > 0:
@@ -150,6 +156,7 @@ def _cache_seqlens(adapter, q, k_cache, block_table, k, cache_seqlens):
                     else k_cache.shape[1])
         cache_seqlens = capacity - (k.shape[1] if k is not None else 0)
     if isinstance(cache_seqlens, (int, np.integer)):
+        _calls_expect_rank(q, "q", 4, Q_LAYOUT[False])  # its batch size is read here
         return adapter.full_indices(q, q.shape[0], int(cache_seqlens))
     return adapter.indices(cache_seqlens, "cache_seqlens")
 
@@ -168,13 +175,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _required((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"))
     frontend = _frontend(q)
     adapter = frontend.adapter
-    q, k, v = (adapter.readable(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
-    _calls_expect_rank(q, "q", 4, "[batch, seqlen_q, nheads, head_dim]")
+    readable = adapter.readable
+    q, k, v = readable(q, "q"), readable(k, "k"), readable(v, "v")
     cache = KVCache(
         k_cache, v_cache, _cache_seqlens(adapter, q, k_cache, block_table, k, cache_seqlens),
         k, v, rotary_cos, rotary_sin, adapter.indices(cache_batch_idx, "cache_batch_idx"),
         adapter.indices(cache_leftpad, "cache_leftpad"),
         adapter.indices(block_table, "block_table"), rotary_interleaved, num_splits)
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes)
-    out, lse = frontend.kvcache(q, cache, options)
+    out, lse = frontend.kvcache(q, cache, options, with_lse=return_softmax_lse)
     return (out, lse) if return_softmax_lse else out

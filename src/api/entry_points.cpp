@@ -21,13 +21,24 @@ Status guarded(Call call) {
   }
 }
 
+// `launch`, with a workspace from its allocator when it has one and the call needs more
+// than it holds (check_workspace then judges what the allocator gave).
+Launch with_workspace(const Launch& launch, size_t required) {
+  if (required <= launch.workspace_bytes || launch.allocate_workspace == nullptr) return launch;
+  Launch sized = launch;
+  sized.workspace = launch.allocate_workspace(required, launch.allocator_context);
+  sized.workspace_bytes = sized.workspace != nullptr ? required : 0;
+  return sized;
+}
+
 template <class Args>
 Status execute(const Args& args, const Launch& launch) {
   return guarded([&] {
     api::PlanFor<Args> plan;
     FA_RETURN_IF_ERROR(api::make_plan(args, launch.backend, &plan));
-    FA_RETURN_IF_ERROR(api::check_workspace(plan.target, plan.workspace_bytes, launch));
-    return api::run(plan, launch);
+    const Launch sized = with_workspace(launch, plan.workspace_bytes);
+    FA_RETURN_IF_ERROR(api::check_workspace(plan.target, plan.workspace_bytes, sized));
+    return api::run(plan, sized);
   });
 }
 

@@ -117,6 +117,31 @@ TEST(ApiDispatch, WorkspaceSizeOfARejectedCall) {
                        StatusCode::kInvalidArgument, "bytes"));
 }
 
+// Launch::allocate_workspace is asked only for a workspace a valid call needs: never by
+// the host backends (they need none), never for a rejected call.
+TEST(ApiDispatch, WorkspaceAllocatorAskedOnlyForNeededBytes) {
+  int asked = 0;
+  Launch launch{Backend::kCpu};
+  launch.allocate_workspace = [](size_t, void* context) -> void* {
+    ++*static_cast<int*>(context);
+    return nullptr;
+  };
+  launch.allocator_context = &asked;
+  ForwardCase f;
+  EXPECT_TRUE(flashattn::forward(f.args, launch).ok());
+  BackwardCase b;
+  EXPECT_TRUE(flashattn::backward(b.args, launch).ok());
+  KVCacheCase c;
+  EXPECT_TRUE(flashattn::forward_kvcache(c.args, launch).ok());
+  ForwardCase rejected;
+  rejected.args.v.shape[0] = 9;
+  for (Backend backend : kAllBackends) {
+    launch.backend = backend;
+    EXPECT_FALSE(flashattn::forward(rejected.args, launch).ok());
+  }
+  EXPECT_EQ(asked, 0);
+}
+
 // Poisons the outputs, runs `call` (which must be rejected) and compares every byte.
 template <class Case, class Call>
 void expect_untouched(Case& c, Call call, const std::string& what) {

@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 fa_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")
 
 import flashattn  # noqa: E402
-import flashattn._calls  # noqa: E402
+import flashattn._torch_ops  # noqa: E402
 
 REQUIRED = os.environ.get("FLASHATTN_COMPAT_REQUIRED") == "1"
 IMPLEMENTATIONS = {"flash_attention_2": ("flash_attn", "flash-attn", 2),
@@ -68,13 +68,13 @@ def flash_attention_here(monkeypatch):
             monkeypatch.setitem(MATRIX[version], "supported_devices", ((here, "cpu"),))
     monkeypatch.setattr(fa_utils, "_loaded_implementation", None)  # import afresh
     calls = {"dense": 0, "varlen": 0}
-    forward = flashattn._calls.forward
+    forward = flashattn._torch_ops.forward_with_options
 
-    def counting(adapter, q, k, v, options, varlen=None, out=None):
-        calls["varlen" if varlen is not None else "dense"] += 1
-        return forward(adapter, q, k, v, options, varlen, out)
+    def counting(q, k, v, cu_seqlens_q, *rest, **kwargs):
+        calls["varlen" if cu_seqlens_q is not None else "dense"] += 1
+        return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
 
-    monkeypatch.setattr(flashattn._calls, "forward", counting)
+    monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
     return calls
 
 

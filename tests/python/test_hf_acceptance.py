@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import flashattn  # noqa: E402
-import flashattn._calls  # noqa: E402
+import flashattn._torch_ops  # noqa: E402
 import flashattn.hf  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -142,16 +142,17 @@ def ours(request):
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """How many dense and varlen forwards reached flashattn's library (its one call for
-    every frontend and route: flashattn.hf, the compat packages, the torch ops)."""
+    """How many dense and varlen forwards reached flashattn's library (through the one
+    torch forward every frontend and route takes: flashattn.hf, the compat packages, the
+    torch ops)."""
     calls = {"dense": 0, "varlen": 0}
-    forward = flashattn._calls.forward
+    forward = flashattn._torch_ops.forward_with_options
 
-    def counting(adapter, q, k, v, options, varlen=None, out=None):
-        calls["varlen" if varlen is not None else "dense"] += 1
-        return forward(adapter, q, k, v, options, varlen, out)
+    def counting(q, k, v, cu_seqlens_q, *rest, **kwargs):
+        calls["varlen" if cu_seqlens_q is not None else "dense"] += 1
+        return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
 
-    monkeypatch.setattr(flashattn._calls, "forward", counting)
+    monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
     return calls
 
 
