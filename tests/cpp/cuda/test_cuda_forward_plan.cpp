@@ -3,8 +3,9 @@
 // every compiled Hopper head dim without dropout, padded head dims included, and the sm80
 // kernel for dropout, head dims up to 32, layouts TMA cannot address and the cells the tuning
 // table gives the sm80 kernel (fwd_sm90_faster); elsewhere, and with
-// FLASHATTN_DISABLE_SM90 set, always the sm80 kernel. The forward suites then check the results
-// of whichever runs (gpu-check runs them both ways on a Hopper GPU).
+// FLASHATTN_DISABLE_SM90 set, always the sm80 kernel. The same for the prefill over a paged KV
+// cache (choose_paged_kernel). The forward and KV-cache suites then check the results of
+// whichever runs (gpu-check runs them both ways on a Hopper GPU).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
