@@ -1,12 +1,18 @@
 // The vector type of one ISA build and the few operations the kernels use, on GCC/Clang
 // vector extensions. The including translation unit defines
-//   FA_TILED_ISA    the namespace of this build (generic, avx2, avx512)
-//   FA_TILED_LANES  floats per vector (4, 8, 16)
+//   FA_TILED_ISA       the namespace of this build (generic, avx2, avx512, ...)
+//   FA_TILED_LANES     floats per vector (4, 8, 16)
+//   FA_TILED_EMULATED  1 in the test builds that run a wide ISA's code on any CPU: the
+//                      same vector widths in portable code, no intrinsics (default 0)
 // and compiles this inside a target region for that ISA. Everything here lives in the
 // ISA's namespace, so the builds never share a symbol.
 #pragma once
 
 #include "cpu/tiled/isa_prelude.hpp"
+
+#ifndef FA_TILED_EMULATED
+#define FA_TILED_EMULATED 0
+#endif
 
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
@@ -27,9 +33,9 @@ inline VecF splat(float x) { return x - VecF{}; }
 inline VecI splat_int(int32_t x) { return x - VecI{}; }
 
 inline VecF fma(VecF a, VecF b, VecF c) {
-#if FA_TILED_LANES == 16
+#if FA_TILED_LANES == 16 && !FA_TILED_EMULATED
   return _mm512_fmadd_ps(a, b, c);
-#elif FA_TILED_LANES == 8
+#elif FA_TILED_LANES == 8 && !FA_TILED_EMULATED
   return _mm256_fmadd_ps(a, b, c);
 #else
   return a * b + c;
@@ -38,7 +44,7 @@ inline VecF fma(VecF a, VecF b, VecF c) {
 
 // The scalar counterpart of fma(): fused exactly when the vector one is.
 inline float fma_scalar(float a, float b, float c) {
-#if FA_TILED_LANES >= 8
+#if FA_TILED_LANES >= 8 && !FA_TILED_EMULATED
   return __builtin_fmaf(a, b, c);
 #else
   return a * b + c;
