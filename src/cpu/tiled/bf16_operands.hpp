@@ -69,18 +69,22 @@ void pack_bf16_rows(RowPointer row, int rows, int cols, int padded_rows, int pad
 }
 
 // An A operand from the transpose: dst[c * ld + r] = row(r)[c] for r < rows, c < cols,
-// zeros up to padded_cols rows of padded_rows (the depth) each. Once per K or V tile.
+// zeros up to padded_cols rows of padded_rows (even; the depth) each. Two source rows at
+// a time, so each column gets one 32-bit pair per step. Once per K or V tile.
 template <typename RowPointer>
 void pack_bf16_columns(RowPointer row, int rows, int cols, int padded_rows, int padded_cols,
                        uint16_t* dst, int64_t ld) {
-  for (int c = 0; c < padded_cols; ++c) {
-    std::memset(dst + c * ld + rows, 0, sizeof(uint16_t) * (padded_rows - rows));
+  for (int r = 0; r < padded_rows; r += 2) {
+    for (int c = 0; c < padded_cols; c += kLanes) {
+      const VecU low = r < rows ? bf16_lanes(row(r), c, cols) : VecU{};
+      const VecU high = r + 1 < rows ? bf16_lanes(row(r + 1), c, cols) : VecU{};
+      const VecU words = low | (high << 16);
+      for (int i = 0; i < kLanes; ++i) {
+        const uint32_t word = words[i];
+        std::memcpy(dst + (c + i) * ld + r, &word, sizeof word);
+      }
+    }
   }
-  for (int r = 0; r < rows; ++r) {
-    const auto in = row(r);
-    for (int c = 0; c < cols; ++c) dst[c * ld + r] = bf16_of(in, c);
-  }
-  for (int c = cols; c < padded_cols; ++c) std::memset(dst + c * ld, 0, sizeof(uint16_t) * rows);
 }
 
 // A B operand from consecutive rows: dst[k * ld + c] = (row(2k)[c], row(2k+1)[c]) for

@@ -49,16 +49,23 @@ const KernelSet& kernels_of(Isa isa) {
 
 #if defined(__x86_64__)
 // CPUID leaf 7: subleaf 1 EAX bit 5 is AVX512-BF16; subleaf 0 EDX bits 22 and 24 are
-// AMX-BF16 and AMX-TILE.
+// AMX-BF16 and AMX-TILE. Read once: CPUID can trap to the hypervisor in a VM, and every
+// call asks.
 bool cpu_has_avx512_bf16() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+  }();
+  return has;
 }
 
 bool cpu_has_amx_bf16() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) != 0 &&
-         (edx & (1u << 24)) != 0;
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) != 0 &&
+           (edx & (1u << 24)) != 0;
+  }();
+  return has;
 }
 
 // Linux enables the AMX tile data per process, on request (kernel 5.16 and later); an
