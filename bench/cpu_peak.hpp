@@ -11,7 +11,7 @@ const char* cpu_peak_isa();
 
 // The machine's peak bf16 rate (fp32 accumulation), measured the same way with the
 // widest bf16 instruction the CPU and OS allow: AMX TDPBF16PS tiles, else AVX512-BF16
-// VDPBF16PS. 0 when neither is there.
+// VDPBF16PS (also when the kernels are forced to avx512bf16). 0 when neither is there.
 double measure_cpu_peak_bf16_gflops(int threads);
 
 // The ISA measure_cpu_peak_bf16_gflops uses: "amx", "avx512bf16" or "none".

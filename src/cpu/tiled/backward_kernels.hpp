@@ -130,11 +130,22 @@ void load_query_block(const core::BackwardParams& params, const SequenceRows& se
     const float saved = params.lse[lse_offset(params, seq, h, row0 + i)];
     t.lse[i] = saved == -INFINITY ? INFINITY : saved;
     to_float<Type>(out_row(i), t.out_row, t.dv);
-    // The same arithmetic as the GEMM that makes dP (one fused multiply-add per element,
-    // in order), so dP - D is exactly 0 where P is one-hot and out = v.
     const float* dout = t.do_rows + i * t.dv_pad;
     float sum = 0.f;
-    for (int c = 0; c < t.dv; ++c) sum = fma_scalar(dout[c], t.out_row[c], sum);
+    if (t.bf16) {
+      // dP comes from bf16 products, whose order of summation is the hardware's: no
+      // order of D's sum matches it, so D takes the fast one.
+      for (int c = t.dv; c < t.dv_pad; ++c) t.out_row[c] = 0.f;
+      VecF lanes{};
+      for (int c = 0; c < t.dv_pad; c += kLanes) {
+        lanes = fma(load(dout + c), load(t.out_row + c), lanes);
+      }
+      for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    } else {
+      // The same arithmetic as the GEMM that makes dP (one fused multiply-add per
+      // element, in order), so dP - D is exactly 0 where P is one-hot and out = v.
+      for (int c = 0; c < t.dv; ++c) sum = fma_scalar(dout[c], t.out_row[c], sum);
+    }
     t.delta[i] = sum;
   }
   for (int i = rows; i < cols; ++i) {

@@ -19,19 +19,6 @@ constexpr int kBf16Rows = 16;
 
 inline int round_up(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-typedef uint32_t VecU __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-typedef uint16_t VecH __attribute__((vector_size(kLanes * sizeof(uint16_t))));
-
-inline VecU splat_u(uint32_t x) { return x - VecU{}; }
-
-// bf16 bits of each lane, in the low half.
-inline VecU bf16_bits(VecF x) {
-  const VecU bits = (VecU)x;
-  const VecU rounded = (bits + splat_u(0x7FFFu) + ((bits >> 16) & splat_u(1u))) >> 16;
-  const VecU quiet_nan = (bits >> 16) | splat_u(0x40u);
-  return (bits & splat_u(0x7FFFFFFFu)) > splat_u(0x7F800000u) ? quiet_nan : rounded;
-}
-
 // Columns [c, c + kLanes) of a row (fp32 tile or bf16 input) as bf16 bits; columns at or
 // past `cols` read as 0.
 inline VecU bf16_lanes(const float* row, int c, int cols) {
@@ -49,9 +36,6 @@ inline VecU bf16_lanes(const uint16_t* row, int c, int cols) {
   }
   return __builtin_convertvector(half, VecU);
 }
-
-inline uint16_t bf16_of(const float* row, int i) { return core::float_to_bf16(row[i]); }
-inline uint16_t bf16_of(const uint16_t* row, int i) { return row[i]; }
 
 // An A operand: dst[r * ld + c] = row(r)[c] for r < rows, c < cols, zeros up to
 // padded_rows x padded_cols (padded_cols a multiple of kLanes).
@@ -114,10 +98,11 @@ void pack_column_pairs(RowPointer row, int rows, int depth, int padded_rows, int
   }
   for (int n = 0; n < rows; ++n) {
     const auto in = row(n);
-    for (int k = 0; 2 * k < padded_depth; ++k) {
-      const uint32_t low = 2 * k < depth ? bf16_of(in, 2 * k) : 0u;
-      const uint32_t high = 2 * k + 1 < depth ? bf16_of(in, 2 * k + 1) : 0u;
-      dst[k * ld + n] = low | (high << 16);
+    for (int e = 0; e < padded_depth; e += kLanes) {
+      const VecU lanes = bf16_lanes(in, e, depth);
+      for (int i = 0; i < kLanes / 2; ++i) {
+        dst[(e / 2 + i) * ld + n] = lanes[2 * i] | (lanes[2 * i + 1] << 16);
+      }
     }
   }
 }

@@ -21,7 +21,13 @@ inline void to_float(const Storage<Type>* src, float* dst, int n) {
   if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
-    for (int i = 0; i < n; ++i) dst[i] = core::bf16_to_float(src[i]);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      VecH half;
+      std::memcpy(&half, src + i, sizeof half);
+      store(dst + i, (VecF)(__builtin_convertvector(half, VecU) << 16));
+    }
+    for (; i < n; ++i) dst[i] = core::bf16_to_float(src[i]);
   } else {
     int i = 0;
 #if FA_TILED_LANES >= 8 && !FA_TILED_EMULATED  // F16C is part of the AVX2 and AVX-512 builds
@@ -41,7 +47,12 @@ inline void from_float(const float* src, Storage<Type>* dst, int n) {
   if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
-    for (int i = 0; i < n; ++i) dst[i] = core::float_to_bf16(src[i]);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const VecH half = __builtin_convertvector(bf16_bits(load(src + i)), VecH);
+      std::memcpy(dst + i, &half, sizeof half);
+    }
+    for (; i < n; ++i) dst[i] = core::float_to_bf16(src[i]);
   } else {
     for (int i = 0; i < n; ++i) dst[i] = core::float_to_fp16(src[i]);
   }
