@@ -257,7 +257,7 @@ void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_b
   const int cols = round_up_lanes(rows);
   const int hk = h / (params.nheads / params.nheads_k);
   const BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
-  [[maybe_unused]] const auto products = product_scope<Type>();
+  [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
   const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
   load_query_block<Type>(params, seq, h, row0, rows, rule.scale, t);
   zero(t.dq, static_cast<size_t>(kBlockQ) * t.d_pad);
@@ -328,7 +328,7 @@ void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int 
   // Keys past seqused_k are rows of the sequence nobody attends: their gradient is 0.
   const int live = std::clamp(seq.seqlen_k - key0, 0, keys);
   const BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
-  [[maybe_unused]] const auto products = product_scope<Type>();
+  [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
   zero(t.dk, static_cast<size_t>(kBlockK) * t.d_pad);
   zero(t.dv_acc, static_cast<size_t>(kBlockK) * t.dv_pad);
 

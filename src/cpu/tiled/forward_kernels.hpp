@@ -45,7 +45,8 @@ struct QueryBlock {
 // each K/V tile, so the keys are read from memory once per kGroupQ * kBlockQ rows. Score
 // tiles are key-major with kBlockQ columns.
 struct ForwardTiles {
-  bool bf16;  // the tile products run in bf16 (the tiles below the fp32 ones are carved)
+  bool bf16;  // the tile products run in bf16 (bf16 calls only; the tiles after the fp32
+              // ones are carved)
   int d, dv, d_pad, dv_pad;
   int d_bf16;  // d padded to kBf16Depth
   float* q_rows;   // [kBlockQ][d_pad]: a query block before its transpose
@@ -188,8 +189,8 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
     const bool partly_masked = tile_partly_masked(rule, key0, keys, blocks);
     // V goes through fp32 where a NaN or an infinity may have to be set aside; the bf16
     // products take it from the input otherwise.
-    const bool v_in_fp32 = !kBf16Products<Type> || partly_masked;
-    if constexpr (kBf16Products<Type>) {
+    const bool v_in_fp32 = !t.bf16 || partly_masked;
+    if (t.bf16) {
       pack_bf16_rows(tile_key, keys, t.d, round_up(keys, kBf16Rows), t.d_bf16, t.k16,
                      t.d_bf16);
     } else {
@@ -204,7 +205,7 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
     }
     const bool v_set_aside = partly_masked && has_nonfinite(t.v, t.dv_pad, keys, t.dv);
     if (v_set_aside) set_aside_nonfinite(t.v, t.dv_pad, keys, t.dv, t.v_aside);
-    if constexpr (kBf16Products<Type>) {
+    if (t.bf16) {
       const int depth = round_up(keys, kBf16Depth);
       if (v_in_fp32) {
         pack_bf16_columns([&](int j) { return t.v + j * t.dv_pad; }, keys, t.dv, depth,
@@ -294,8 +295,9 @@ void forward_block(const core::AttentionParams& params, int b, int h, int row0, 
   if (row0 >= seq.seqlen_q) return;
   const int row_end = std::min(seq.seqlen_q, row0 + rows);
   const int hk = h / (params.nheads / params.nheads_k);
-  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
-  [[maybe_unused]] const auto products = product_scope<Type>();
+  const bool bf16 = kBf16Products<Type> && seq.seqlen_q > kBf16ProductsAboveColumns;
+  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, bf16);
+  [[maybe_unused]] const auto products = product_scope<Type>(bf16);
   const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
 
   // Block g: rows row0 + g * kBlockQ .. of this head.

@@ -74,7 +74,7 @@ inline void dot_micro_kernel(int pairs, const uint16_t* a, int64_t lda, const ui
 
 // No tile state in this build.
 struct Bf16ProductScope {
-  Bf16ProductScope() {}
+  explicit Bf16ProductScope(bool) {}
 };
 
 inline void gemm_bf16(int rows, int cols, int depth, const uint16_t* a, int64_t lda,
@@ -153,10 +153,11 @@ inline void dot(int c, int a, int b) {
 // The tile configuration of a block function's products, loaded on entry and released on
 // exit (another library in the process may configure the tiles differently between our
 // calls): tiles 0-3 accumulate a 2 x 2 block of C, 4-5 hold A, 6-7 hold B, each 16 rows
-// of 64 bytes.
+// of 64 bytes. Nothing happens when the block runs no bf16 product (`active` false).
 class Bf16ProductScope {
  public:
-  Bf16ProductScope() {
+  explicit Bf16ProductScope(bool active) : active_(active) {
+    if (!active_) return;
     struct alignas(64) Config {
       uint8_t palette;
       uint8_t start_row;
@@ -171,9 +172,14 @@ class Bf16ProductScope {
     }
     FA_TILE_CONFIGURE(config);
   }
-  ~Bf16ProductScope() { FA_TILE_RELEASE(); }
+  ~Bf16ProductScope() {
+    if (active_) FA_TILE_RELEASE();
+  }
   Bf16ProductScope(const Bf16ProductScope&) = delete;
   Bf16ProductScope& operator=(const Bf16ProductScope&) = delete;
+
+ private:
+  bool active_;
 };
 
 // One block of MT x NT (1 or 2) C tiles at c, over the whole depth.
@@ -256,7 +262,7 @@ inline void gemm_bf16(int rows, int cols, int depth, const uint16_t* a, int64_t 
 // Never called in this build (kBf16Products is false): declared so that the kernels'
 // bf16 branches compile.
 struct Bf16ProductScope {
-  Bf16ProductScope() {}
+  explicit Bf16ProductScope(bool) {}
 };
 inline void gemm_bf16(int, int, int, const uint16_t*, int64_t, const uint32_t*, int64_t, float*,
                       int64_t, bool) {}
@@ -268,14 +274,15 @@ inline bool uses_bf16_products(ElementType type) {
   return type == ElementType::kBF16 && FA_TILED_BF16 != FA_TILED_BF16_NONE;
 }
 
-// The tile state a block function of element type Type holds while it runs.
+// The tile state a block function of element type Type holds while it runs, when
+// `active` (its tiles were made for bf16 products).
 struct NoProductScope {
   NoProductScope() {}
 };
 template <ElementType Type>
-auto product_scope() {
+auto product_scope(bool active) {
   if constexpr (kBf16Products<Type>) {
-    return Bf16ProductScope{};
+    return Bf16ProductScope{active};
   } else {
     return NoProductScope{};
   }

@@ -75,7 +75,8 @@ const KernelSet& amx_kernels();
 // products multiply bf16 in hardware); fp32 and fp16 calls run the AVX-512 kernels.
 enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4 };
 
-// The widest ISA this CPU (and OS) supports; kGeneric off x86-64.
+// The ISA calls use unless told otherwise: the widest this CPU (and OS) supports, except
+// kAvx512Bf16 (see isa_select.cpp); kGeneric off x86-64.
 Isa best_supported_isa();
 bool isa_supported(Isa isa);
 // The kernels calls use: the best supported ISA, or the one forced by force_isa() or by
