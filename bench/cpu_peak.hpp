@@ -8,3 +8,11 @@ double measure_cpu_peak_fp32_gflops(int threads);
 
 // The ISA measure_cpu_peak_fp32_gflops uses: "avx512", "avx2+fma" or "sse2".
 const char* cpu_peak_isa();
+
+// The machine's peak bf16 rate (fp32 accumulation), measured the same way with the
+// widest bf16 instruction the CPU and OS allow: AMX TDPBF16PS tiles, else AVX512-BF16
+// VDPBF16PS (also when the kernels are forced to avx512bf16). 0 when neither is there.
+double measure_cpu_peak_bf16_gflops(int threads);
+
+// The ISA measure_cpu_peak_bf16_gflops uses: "amx", "avx512bf16" or "none".
+const char* cpu_peak_bf16_isa();

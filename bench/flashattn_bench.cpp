@@ -33,6 +33,7 @@ struct Result {
   double tflops = 0;
   double peak_rss_mb = 0;
   double cpu_peak_gflops = 0;  // CPU runs: the measured fp32 FMA peak of the threads used
+  double cpu_peak_bf16_gflops = 0;  // CPU bf16 runs: the measured bf16 peak (0: none)
   int cpu_threads = 0;
   size_t workspace_bytes = 0;
   size_t device_used_before = 0;  // CUDA: device memory in use before / after the timed calls
@@ -83,6 +84,11 @@ void print_line(const Options& o, Backend backend, DType dtype, const Result& r)
                 "peak RSS %.0f MiB",
                 r.tflops * 1e3, 100.0 * r.tflops * 1e3 / r.cpu_peak_gflops, r.cpu_peak_gflops,
                 r.cpu_threads, cpu_peak_isa(), r.peak_rss_mb);
+    if (r.cpu_peak_bf16_gflops > 0) {
+      std::printf(", %.0f%% of the bf16 peak (%.1f GFLOP/s, %s)",
+                  100.0 * r.tflops * 1e3 / r.cpu_peak_bf16_gflops, r.cpu_peak_bf16_gflops,
+                  cpu_peak_bf16_isa());
+    }
   }
   if (r.check.ran) {
     std::printf(", max_abs_err %.3g (max|ref| %.3g)", r.check.max_abs_err, r.check.max_ref);
@@ -107,6 +113,12 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
     std::printf(", \"cpu_threads\": %d, \"cpu_isa\": \"%s\", \"cpu_peak_gflops\": %.2f, "
                 "\"fraction_of_peak\": %.4f",
                 r.cpu_threads, cpu_peak_isa(), r.cpu_peak_gflops, r.tflops * 1e3 / r.cpu_peak_gflops);
+    if (r.cpu_peak_bf16_gflops > 0) {
+      std::printf(", \"cpu_peak_bf16_isa\": \"%s\", \"cpu_peak_bf16_gflops\": %.2f, "
+                  "\"fraction_of_bf16_peak\": %.4f",
+                  cpu_peak_bf16_isa(), r.cpu_peak_bf16_gflops,
+                  r.tflops * 1e3 / r.cpu_peak_bf16_gflops);
+    }
   }
   if (backend == Backend::kCuda) {
     std::printf(", \"workspace_bytes\": %zu, \"device_used_mb_before\": %.1f, "
@@ -195,6 +207,7 @@ int run(const Options& o) {
   if (backend != Backend::kCuda) {
     r.cpu_threads = omp_get_max_threads();
     r.cpu_peak_gflops = measure_cpu_peak_fp32_gflops(r.cpu_threads);
+    if (dtype == DType::kBF16) r.cpu_peak_bf16_gflops = measure_cpu_peak_bf16_gflops(r.cpu_threads);
   }
 
   if (o.check) {

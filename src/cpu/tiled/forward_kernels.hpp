@@ -4,9 +4,15 @@
 // accumulated (O += P V); then O is normalized and written with the lse. Fully masked
 // key blocks are never visited; per-thread memory is a handful of tiles, whatever the
 // sequence length.
+//
+// With bf16 products (gemm_bf16.hpp) the K and V tiles stay in bf16, the scores are scaled
+// after the product instead of through Q^T, and the output is kept transposed
+// (O^T += V^T P) so that P goes into the product as row pairs of the key-major score tile,
+// with no transpose per tile.
 #pragma once
 
 #include "cpu/tiled/gemm.hpp"
+#include "cpu/tiled/gemm_bf16.hpp"
 #include "cpu/tiled/nonfinite.hpp"
 #include "cpu/tiled/scores.hpp"
 #include "cpu/tiled/tile_config.hpp"
@@ -22,7 +28,8 @@ struct QueryBlock {
   TileColumns columns;    // count == 0: the block is unused
   core::KeyRange keys{};  // keys it attends
   float* qt = nullptr;    // [d][kBlockQ]
-  float* o = nullptr;     // [kBlockQ][dv_pad]
+  uint32_t* qt_pairs = nullptr;  // bf16 products: Q^T as pairs, [d_bf16 / 2][kBlockQ]
+  float* o = nullptr;     // [kBlockQ][dv_pad]; bf16 products: O^T, [dv_pad][kBlockQ]
   float* factors = nullptr;  // [kBlockQ]
   int32_t column_row[kBlockQ];  // storage behind columns.row / .slope when used
   float column_slope[kBlockQ];
@@ -38,7 +45,10 @@ struct QueryBlock {
 // each K/V tile, so the keys are read from memory once per kGroupQ * kBlockQ rows. Score
 // tiles are key-major with kBlockQ columns.
 struct ForwardTiles {
+  bool bf16;  // the tile products run in bf16 (bf16 calls only; the tiles after the fp32
+              // ones are carved)
   int d, dv, d_pad, dv_pad;
+  int d_bf16;  // d padded to kBf16Depth
   float* q_rows;   // [kBlockQ][d_pad]: a query block before its transpose
   float* k;        // [kBlockK][d_pad]
   float* v;        // [kBlockK][dv_pad]
@@ -50,10 +60,20 @@ struct ForwardTiles {
   // [kBlockK][dv_pad]: V as loaded, when its non-finite values are set aside. Last, so the
   // tiles every call uses keep their places (it is touched only with a NaN or an inf).
   float* v_aside;
+  // bf16 products only.
+  uint16_t* k16 = nullptr;       // [kBlockK][d_bf16]: the A operand of S^T = K Q^T
+  uint16_t* vt16 = nullptr;      // [dv_pad][kBlockK]: V^T, the A operand of O^T += V^T P
+  uint32_t* p_pairs = nullptr;   // [kBlockK / 2][kBlockQ]: P as row pairs
+  uint32_t* qt_pairs[kGroupQ] = {};
   size_t floats;
 
-  ForwardTiles(float* base, int head_dim, int head_dim_v)
-      : d(head_dim), dv(head_dim_v), d_pad(round_up_lanes(d)), dv_pad(round_up_lanes(dv)) {
+  ForwardTiles(float* base, int head_dim, int head_dim_v, bool bf16_products)
+      : bf16(bf16_products),
+        d(head_dim),
+        dv(head_dim_v),
+        d_pad(round_up_lanes(d)),
+        dv_pad(round_up_lanes(dv)),
+        d_bf16(round_up(d, kBf16Depth)) {
     Carver carve(base);
     q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
     k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
@@ -66,9 +86,20 @@ struct ForwardTiles {
       factors[g] = carve.take(kBlockQ);
     }
     v_aside = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    if (bf16) {
+      k16 = carve.take_u16(static_cast<size_t>(kBlockK) * d_bf16);
+      vt16 = carve.take_u16(static_cast<size_t>(dv_pad) * kBlockK);
+      p_pairs = carve.take_u32(static_cast<size_t>(kBlockK / 2) * kBlockQ);
+      for (int g = 0; g < kGroupQ; ++g) {
+        qt_pairs[g] = carve.take_u32(static_cast<size_t>(d_bf16 / 2) * kBlockQ);
+      }
+    }
     floats = carve.used();
   }
 };
+
+static_assert(kBlockK % kBf16Depth == 0 && kBlockQ % kBf16Depth == 0,
+              "a padded key or query block fits its tile");
 
 // Scores one K/V tile against one query block and folds it into the block's output. With
 // `v_set_aside`, t.v holds 0 for V's non-finite values and v_aside the values themselves,
@@ -76,25 +107,46 @@ struct ForwardTiles {
 inline void attend_tile(const ScoreRule& rule, int key0, int keys, const ForwardTiles& t,
                         bool v_set_aside, QueryBlock* block) {
   const int count = block->count(), cols = round_up_lanes(count);
-  gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, block->qt, kBlockQ, t.s, kBlockQ,
-                           false);
+  if (t.bf16) {
+    gemm_bf16(round_up(keys, kBf16Rows), cols, t.d_bf16, t.k16, t.d_bf16, block->qt_pairs,
+              kBlockQ, t.s, kBlockQ, false);
+    scale_tile(t.s, kBlockQ, keys, cols, rule.scale);
+  } else {
+    gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, block->qt, kBlockQ, t.s, kBlockQ,
+                             false);
+  }
   finish_scores(rule, block->columns, cols, key0, keys, t.s, kBlockQ, nullptr);
   softmax_update(t.s, kBlockQ, keys, cols, block->states, block->factors);
-  scale_rows(block->o, t.dv_pad, count, t.dv_pad, block->factors);
+  if (t.bf16) {
+    scale_columns(block->o, kBlockQ, t.dv_pad, cols, block->factors);
+  } else {
+    scale_rows(block->o, t.dv_pad, count, t.dv_pad, block->factors);
+  }
   if (rule.dropout) {  // training only: consecutive rows of one head
     dropout_factors(rule, block->columns.row_min, count, cols, key0, keys, t.z, kBlockQ);
     multiply_tile(t.s, t.z, kBlockQ, keys, cols);
   }
-  // P is the transpose of the key-major tile: column-major A, read in place.
-  gemm<ALayout::kColMajor>(count, t.dv_pad, keys, t.s, kBlockQ, t.v, t.dv_pad, block->o,
-                           t.dv_pad, true);
+  if (t.bf16) {
+    const int depth = round_up(keys, kBf16Depth);
+    pack_row_pairs([&](int j) { return t.s + j * kBlockQ; }, keys, count, depth, cols,
+                   t.p_pairs, kBlockQ);
+    gemm_bf16(t.dv_pad, cols, depth, t.vt16, kBlockK, t.p_pairs, kBlockQ, block->o, kBlockQ,
+              true);
+  } else {
+    // P is the transpose of the key-major tile: column-major A, read in place.
+    gemm<ALayout::kColMajor>(count, t.dv_pad, keys, t.s, kBlockQ, t.v, t.dv_pad, block->o,
+                             t.dv_pad, true);
+  }
   if (v_set_aside) {
     const TileColumns& columns = block->columns;
+    float* o = block->o;
+    const bool transposed = t.bf16;
+    const int64_t ld = transposed ? kBlockQ : t.dv_pad;
     add_set_aside(
         count, keys, t.dv, t.v_aside, t.dv_pad,
         [&](int c, int j) { return t.s[j * kBlockQ + c]; },
-        [&](int c, int j) { return row_sees(rule, columns.row_of(c), key0 + j); }, block->o,
-        t.dv_pad);
+        [&](int c, int j) { return row_sees(rule, columns.row_of(c), key0 + j); },
+        [&](int c, int n, float term) { o[transposed ? n * ld + c : c * ld + n] += term; });
   }
 }
 
@@ -132,18 +184,36 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
   const bool prefetch = columns <= kPrefetchBelowColumns;
   for (int key0 = first_tile(key_begin); key0 < key_end; key0 += kBlockK) {
     const int keys = std::min(kBlockK, key_end - key0);
-    pack_rows<Type>([&](int j) { return key_row(key0 + j); }, keys, t.d, t.d, t.k, t.d_pad);
-    pack_rows<Type>([&](int j) { return value_row(key0 + j); }, keys, t.dv, t.dv_pad, t.v,
-                    t.dv_pad);
+    const auto tile_key = [&](int j) { return key_row(key0 + j); };
+    const auto tile_value = [&](int j) { return value_row(key0 + j); };
+    const bool partly_masked = tile_partly_masked(rule, key0, keys, blocks);
+    // V goes through fp32 where a NaN or an infinity may have to be set aside; the bf16
+    // products take it from the input otherwise.
+    const bool v_in_fp32 = !t.bf16 || partly_masked;
+    if (t.bf16) {
+      pack_bf16_rows(tile_key, keys, t.d, round_up(keys, kBf16Rows), t.d_bf16, t.k16,
+                     t.d_bf16);
+    } else {
+      pack_rows<Type>(tile_key, keys, t.d, t.d, t.k, t.d_pad);
+    }
+    if (v_in_fp32) pack_rows<Type>(tile_value, keys, t.dv, t.dv_pad, t.v, t.dv_pad);
     const int next0 = key0 + kBlockK;
     if (prefetch && next0 < key_end) {
       const int next_keys = std::min(kBlockK, key_end - next0);
       prefetch_rows<Type>([&](int j) { return key_row(next0 + j); }, next_keys, t.d);
       prefetch_rows<Type>([&](int j) { return value_row(next0 + j); }, next_keys, t.dv);
     }
-    const bool v_set_aside = tile_partly_masked(rule, key0, keys, blocks) &&
-                             has_nonfinite(t.v, t.dv_pad, keys, t.dv);
+    const bool v_set_aside = partly_masked && has_nonfinite(t.v, t.dv_pad, keys, t.dv);
     if (v_set_aside) set_aside_nonfinite(t.v, t.dv_pad, keys, t.dv, t.v_aside);
+    if (t.bf16) {
+      const int depth = round_up(keys, kBf16Depth);
+      if (v_in_fp32) {
+        pack_bf16_columns([&](int j) { return t.v + j * t.dv_pad; }, keys, t.dv, depth,
+                          t.dv_pad, t.vt16, kBlockK);
+      } else {
+        pack_bf16_columns(tile_value, keys, t.dv, depth, t.dv_pad, t.vt16, kBlockK);
+      }
+    }
     for (int g = 0; g < kGroupQ; ++g) {
       if (blocks[g].sees(key0, keys)) attend_tile(rule, key0, keys, t, v_set_aside, &blocks[g]);
     }
@@ -159,9 +229,15 @@ void start_block(const ScoreRule& rule, QueryRow query_row, PrepareRow prepare,
   const int count = block->count();
   pack_rows<Type>(query_row, count, t.d, t.d, t.q_rows, t.d_pad);
   for (int c = 0; c < count; ++c) prepare(c, t.q_rows + c * t.d_pad);
-  transpose(t.q_rows, t.d_pad, count, t.d, round_up_lanes(count), block->qt, kBlockQ,
-            rule.scale);
-  zero(block->o, static_cast<size_t>(count) * t.dv_pad);
+  if (t.bf16) {
+    pack_column_pairs([&](int c) { return t.q_rows + c * t.d_pad; }, count, t.d,
+                      round_up_lanes(count), t.d_bf16, block->qt_pairs, kBlockQ);
+    zero(block->o, static_cast<size_t>(t.dv_pad) * kBlockQ);
+  } else {
+    transpose(t.q_rows, t.d_pad, count, t.d, round_up_lanes(count), block->qt, kBlockQ,
+              rule.scale);
+    zero(block->o, static_cast<size_t>(count) * t.dv_pad);
+  }
   for (core::SoftmaxRow& state : block->states) state = core::SoftmaxRow{};
 }
 
@@ -171,6 +247,7 @@ inline void reset_blocks(const ForwardTiles& t, QueryBlock* blocks) {
     blocks[g].columns = TileColumns{};
     blocks[g].keys = {0, 0};
     blocks[g].qt = t.qt[g];
+    blocks[g].qt_pairs = t.qt_pairs[g];
     blocks[g].o = t.o[g];
     blocks[g].factors = t.factors[g];
   }
@@ -199,7 +276,11 @@ void finish_block(const ForwardTiles& t, const QueryBlock& block, OutRow out_row
                   LseRow lse_row) {
   const int count = block.count();
   for (int c = 0; c < count; ++c) block.factors[c] = block.states[c].inverse_sum();
-  store_rows<Type>(block.o, t.dv_pad, count, t.dv, block.factors, out_row);
+  if (t.bf16) {
+    store_columns<Type>(block.o, kBlockQ, count, t.dv, block.factors, out_row);
+  } else {
+    store_rows<Type>(block.o, t.dv_pad, count, t.dv, block.factors, out_row);
+  }
   for (int c = 0; c < count; ++c) {
     float* lse = lse_row(c);
     if (lse != nullptr) *lse = block.states[c].lse();
@@ -214,7 +295,9 @@ void forward_block(const core::AttentionParams& params, int b, int h, int row0, 
   if (row0 >= seq.seqlen_q) return;
   const int row_end = std::min(seq.seqlen_q, row0 + rows);
   const int hk = h / (params.nheads / params.nheads_k);
-  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v);
+  const bool bf16 = kBf16Products<Type> && seq.seqlen_q > kBf16ProductsAboveColumns;
+  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, bf16);
+  [[maybe_unused]] const auto products = product_scope<Type>(bf16);
   const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
 
   // Block g: rows row0 + g * kBlockQ .. of this head.
@@ -253,7 +336,9 @@ void forward_block(const core::AttentionParams& params, int b, int h, int row0, 
 }
 
 inline size_t forward_scratch_floats(const core::AttentionParams& params) {
-  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v).floats;
+  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v,
+                      uses_bf16_products(params.dtype))
+      .floats;
 }
 
 }  // namespace flashattn::cpu::tiled::FA_TILED_ISA

@@ -9,6 +9,8 @@
 // transposed tile (P^T, dS^T) needs no copy.
 #pragma once
 
+#include <type_traits>
+
 #include "cpu/tiled/simd.hpp"
 
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
@@ -55,32 +57,30 @@ inline void micro_kernel(int depth, const float* a, int64_t lda, const float* b,
   }
 }
 
-// The micro-kernel for the edge blocks: `rows` <= kRows, `vecs` <= kVecs, resolved to a
-// compile-time instance.
-template <ALayout Layout, int Vecs, int Rows = kRows>
-inline void micro_kernel_rows(int rows, int depth, const float* a, int64_t lda,
-                              const float* b, int64_t ldb, float* c, int64_t ldc,
-                              bool accumulate) {
-  if constexpr (Rows > 0) {
-    if (rows == Rows) {
-      micro_kernel<Rows, Vecs, Layout>(depth, a, lda, b, ldb, c, ldc, accumulate);
+// Calls block(rows, vecs, m0, v0) for every register block of a rows x (col_vecs *
+// kLanes) output: rows and vecs are std::integral_constant, kRows and kVecs inside and the
+// largest that fit at the edges, so every block runs a compile-time instance of a
+// micro-kernel. Column panels outside, so one panel of B (depth x kVecs vectors) stays in
+// L1 while every row block of A streams past it.
+template <int Rows, int Vecs, typename Block>
+inline void edge_block(int rows, int vecs, int m0, int v0, Block& block) {
+  if constexpr (Rows > 0 && Vecs > 0) {
+    if (vecs < Vecs) {
+      edge_block<Rows, Vecs - 1>(rows, vecs, m0, v0, block);
+    } else if (rows < Rows) {
+      edge_block<Rows - 1, Vecs>(rows, vecs, m0, v0, block);
     } else {
-      micro_kernel_rows<Layout, Vecs, Rows - 1>(rows, depth, a, lda, b, ldb, c, ldc,
-                                                accumulate);
+      block(std::integral_constant<int, Rows>{}, std::integral_constant<int, Vecs>{}, m0, v0);
     }
   }
 }
 
-template <ALayout Layout, int Vecs = kVecs>
-inline void micro_kernel_edge(int rows, int vecs, int depth, const float* a, int64_t lda,
-                              const float* b, int64_t ldb, float* c, int64_t ldc,
-                              bool accumulate) {
-  if constexpr (Vecs > 0) {
-    if (vecs == Vecs) {
-      micro_kernel_rows<Layout, Vecs>(rows, depth, a, lda, b, ldb, c, ldc, accumulate);
-    } else {
-      micro_kernel_edge<Layout, Vecs - 1>(rows, vecs, depth, a, lda, b, ldb, c, ldc,
-                                          accumulate);
+template <typename Block>
+inline void for_register_blocks(int rows, int col_vecs, Block&& block) {
+  for (int v0 = 0; v0 < col_vecs; v0 += kVecs) {
+    const int vecs = std::min(kVecs, col_vecs - v0);
+    for (int m0 = 0; m0 < rows; m0 += kRows) {
+      edge_block<kRows, kVecs>(std::min(kRows, rows - m0), vecs, m0, v0, block);
     }
   }
 }
@@ -90,25 +90,12 @@ inline void micro_kernel_edge(int rows, int vecs, int depth, const float* a, int
 template <ALayout Layout>
 void gemm(int rows, int cols, int depth, const float* a, int64_t lda, const float* b,
           int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  const int col_vecs = cols / kLanes;
-  // Column panels outside, so one panel of B (depth x kVecs vectors) stays in L1 while
-  // every row block of A streams past it.
-  for (int v0 = 0; v0 < col_vecs; v0 += kVecs) {
-    const int vecs = std::min(kVecs, col_vecs - v0);
-    const float* b_panel = b + v0 * kLanes;
-    for (int m0 = 0; m0 < rows; m0 += kRows) {
-      const int block_rows = std::min(kRows, rows - m0);
-      const float* a_block = Layout == ALayout::kRowMajor ? a + m0 * lda : a + m0;
-      float* c_block = c + m0 * ldc + v0 * kLanes;
-      if (block_rows == kRows && vecs == kVecs) {
-        micro_kernel<kRows, kVecs, Layout>(depth, a_block, lda, b_panel, ldb, c_block, ldc,
-                                           accumulate);
-      } else {
-        micro_kernel_edge<Layout>(block_rows, vecs, depth, a_block, lda, b_panel, ldb,
-                                  c_block, ldc, accumulate);
-      }
-    }
-  }
+  for_register_blocks(rows, cols / kLanes, [&](auto block_rows, auto vecs, int m0, int v0) {
+    const float* a_block = Layout == ALayout::kRowMajor ? a + m0 * lda : a + m0;
+    micro_kernel<decltype(block_rows)::value, decltype(vecs)::value, Layout>(
+        depth, a_block, lda, b + v0 * kLanes, ldb, c + m0 * ldc + v0 * kLanes, ldc,
+        accumulate);
+  });
 }
 
 }  // namespace flashattn::cpu::tiled::FA_TILED_ISA

@@ -1,5 +1,6 @@
 // The KernelSet of one ISA build: the block kernels behind a dtype switch. Included by
-// exactly one translation unit per ISA (isa_generic.cpp, isa_avx2.cpp, isa_avx512.cpp).
+// exactly one translation unit per ISA (isa_generic.cpp, isa_avx2.cpp, isa_avx512.cpp,
+// isa_avx512_bf16.cpp, isa_amx.cpp, and the emulated builds of the tests).
 #pragma once
 
 #include "cpu/tiled/backward_kernels.hpp"
@@ -68,5 +69,52 @@ inline KernelSet make_kernel_set(const char* name) {
   };
   return set;
 }
+
+// The KernelSet of a build whose only difference from Base() is its bf16 products: bf16
+// calls run this build's kernels, fp32 and fp16 calls Base()'s, so those are compiled
+// once. Base must have this build's vector width, hence the same block sizes
+// (tile_config.hpp), which the drivers read from the set.
+#if FA_TILED_BF16 != FA_TILED_BF16_NONE
+template <const KernelSet& (*Base)()>
+KernelSet make_bf16_kernel_set(const char* name) {
+  KernelSet set = Base();
+  set.isa = name;
+  set.forward_scratch_floats = [](const core::AttentionParams& p) {
+    return p.dtype == ElementType::kBF16 ? forward_scratch_floats(p)
+                                         : Base().forward_scratch_floats(p);
+  };
+  set.backward_scratch_floats = [](const core::BackwardParams& p) {
+    return p.dtype == ElementType::kBF16 ? backward_scratch_floats(p)
+                                         : Base().backward_scratch_floats(p);
+  };
+  set.kvcache_scratch_floats = [](const core::KVCacheParams& p) {
+    return p.dtype == ElementType::kBF16 ? kvcache_scratch_floats(p)
+                                         : Base().kvcache_scratch_floats(p);
+  };
+  set.forward_block = [](const core::AttentionParams& p, int b, int h, int row0, int rows,
+                         float* s) {
+    if (p.dtype != ElementType::kBF16) return Base().forward_block(p, b, h, row0, rows, s);
+    forward_block<ElementType::kBF16>(p, b, h, row0, rows, s);
+  };
+  set.backward_dkdv_block = [](const core::BackwardParams& p, int b, int hk, int k_block,
+                               float* s) {
+    if (p.dtype != ElementType::kBF16) return Base().backward_dkdv_block(p, b, hk, k_block, s);
+    backward_dkdv_block<ElementType::kBF16>(p, b, hk, k_block, s);
+  };
+  set.backward_dq_block = [](const core::BackwardParams& p, int b, int h, int q_block,
+                             float* s) {
+    if (p.dtype != ElementType::kBF16) return Base().backward_dq_block(p, b, h, q_block, s);
+    backward_dq_block<ElementType::kBF16>(p, b, h, q_block, s);
+  };
+  set.kvcache_block = [](const core::KVCacheParams& p, const SplitPartials& partials, int b,
+                         int hk, int row0, int rows, int split, float* s) {
+    if (p.dtype != ElementType::kBF16) {
+      return Base().kvcache_block(p, partials, b, hk, row0, rows, split, s);
+    }
+    kvcache_block<ElementType::kBF16>(p, partials, b, hk, row0, rows, split, s);
+  };
+  return set;
+}
+#endif
 
 }  // namespace flashattn::cpu::tiled::FA_TILED_ISA

@@ -22,7 +22,7 @@ struct SplitPartials {
 };
 
 struct KernelSet {
-  const char* isa;     // "avx512", "avx2" or "generic"
+  const char* isa;     // "amx", "avx512bf16", "avx512", "avx2" or "generic"
   int block_q;         // query rows per block
   int max_group;       // query blocks a forward/kvcache task can share K/V tiles between
   int backward_rows;   // query rows per backward_dq_block task
@@ -68,18 +68,27 @@ inline int forward_task_rows(const KernelSet& kernels, int64_t heads, int longes
 const KernelSet& generic_kernels();
 const KernelSet& avx2_kernels();
 const KernelSet& avx512_kernels();
+const KernelSet& avx512_bf16_kernels();
+const KernelSet& amx_kernels();
 
-enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
+// Wider is later. kAvx512Bf16 and kAmx differ from kAvx512 in bf16 calls only (their tile
+// products multiply bf16 in hardware); fp32 and fp16 calls run the AVX-512 kernels.
+enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4 };
 
-// The widest ISA this CPU (and OS) supports; kGeneric off x86-64.
+// The ISA calls use unless told otherwise: the widest this CPU (and OS) supports, except
+// kAvx512Bf16 (see isa_select.cpp); kGeneric off x86-64.
 Isa best_supported_isa();
 bool isa_supported(Isa isa);
 // The kernels calls use: the best supported ISA, or the one forced by force_isa() or by
-// the environment variable FLASHATTN_CPU_ISA=generic|avx2|avx512 (if supported).
+// the environment variable FLASHATTN_CPU_ISA=generic|avx2|avx512|avx512bf16|amx (if
+// supported).
 const KernelSet& selected_kernels();
 // Tests and benchmarks: run every later call with `isa` (ignored if unsupported);
-// reset_isa() goes back to the automatic choice.
+// reset_isa() goes back to the automatic choice (and drops a forced kernel set).
 void force_isa(Isa isa);
 void reset_isa();
+// Tests: run every later call with `kernels` (the emulated builds of the wide ISAs), until
+// reset_isa().
+void force_kernels(const KernelSet* kernels);
 
 }  // namespace flashattn::cpu::tiled

@@ -53,7 +53,10 @@ void kvcache_block(const core::KVCacheParams& params, const SplitPartials& parti
   const int group = params.nheads / params.nheads_k;
   const int head0 = hk * group;
   const int leftpad = cache_leftpad(params, b);
-  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v);
+  const bool bf16 =
+      kBf16Products<Type> && group * params.seqlen_q > kBf16ProductsAboveColumns;
+  const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, bf16);
+  [[maybe_unused]] const auto products = product_scope<Type>(bf16);
   // Visibility does not depend on the head; the ALiBi slope is per column.
   const ScoreRule rule = score_rule(params, b, head0, params.seqlen_q, cache_keys(params, b));
   const bool alibi = params.alibi_slopes != nullptr;
@@ -131,7 +134,9 @@ void kvcache_block(const core::KVCacheParams& params, const SplitPartials& parti
 }
 
 inline size_t kvcache_scratch_floats(const core::KVCacheParams& params) {
-  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v).floats;
+  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v,
+                      uses_bf16_products(params.dtype))
+      .floats;
 }
 
 }  // namespace flashattn::cpu::tiled::FA_TILED_ISA

@@ -47,18 +47,18 @@ inline void set_aside_nonfinite(float* tile, int64_t ld, int rows, int cols, flo
   }
 }
 
-// The terms the product C += A * B left out: out[m][n] += weight(m, k) * aside[k][n] for
+// The terms the product C += A * B left out: add(m, n, weight(m, k) * aside[k][n]) for
 // every non-finite aside[k][n] (k < depth, n < cols) and every output row m < rows with
-// sees(m, k).
-template <typename Weight, typename Sees>
+// sees(m, k). `add` puts the term into C, whatever C's layout.
+template <typename Weight, typename Sees, typename Add>
 void add_set_aside(int rows, int depth, int cols, const float* aside, int64_t ld_aside,
-                   Weight weight, Sees sees, float* out, int64_t ld_out) {
+                   Weight weight, Sees sees, Add add) {
   for (int k = 0; k < depth; ++k) {
     const float* b = aside + k * ld_aside;
     for (int n = 0; n < cols; ++n) {
       if (std::isfinite(b[n])) continue;
       for (int m = 0; m < rows; ++m) {
-        if (sees(m, k)) out[m * ld_out + n] += weight(m, k) * b[n];
+        if (sees(m, k)) add(m, n, weight(m, k) * b[n]);
       }
     }
   }

@@ -140,6 +140,26 @@ inline void multiply_tile(float* a, const float* b, int64_t ld, int keys, int co
   }
 }
 
+// a[j * ld + c] *= factor over a keys x cols tile.
+inline void scale_tile(float* a, int64_t ld, int keys, int cols, float factor) {
+  const VecF f = splat(factor);
+  for (int j = 0; j < keys; ++j) {
+    for (int c = 0; c < cols; c += kLanes) store(a + j * ld + c, load(a + j * ld + c) * f);
+  }
+}
+
+// Column c of a rows x cols (multiple of kLanes) row-major tile times factors[c]; nothing
+// happens when every factor is 1 (most key blocks, as in scale_rows).
+inline void scale_columns(float* tile, int64_t ld, int rows, int cols, const float* factors) {
+  bool all_one = true;
+  for (int c = 0; c < cols && all_one; ++c) all_one = factors[c] == 1.f;
+  if (all_one) return;
+  for (int i = 0; i < rows; ++i) {
+    float* row = tile + i * ld;
+    for (int c = 0; c < cols; c += kLanes) store(row + c, load(row + c) * load(factors + c));
+  }
+}
+
 // Row i of a rows x cols (multiple of kLanes) row-major tile times factors[i]; rows
 // whose factor is 1 are left alone.
 inline void scale_rows(float* tile, int64_t ld, int rows, int cols, const float* factors) {

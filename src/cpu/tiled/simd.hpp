@@ -1,18 +1,28 @@
 // The vector type of one ISA build and the few operations the kernels use, on GCC/Clang
 // vector extensions. The including translation unit defines
-//   FA_TILED_ISA    the namespace of this build (generic, avx2, avx512)
-//   FA_TILED_LANES  floats per vector (4, 8, 16)
+//   FA_TILED_ISA       the namespace of this build (generic, avx2, avx512, ...)
+//   FA_TILED_LANES     floats per vector (4, 8, 16)
+//   FA_TILED_EMULATED  1 in the test builds that run a wide ISA's code on any CPU: the
+//                      same vector widths in portable code, no intrinsics (default 0)
 // and compiles this inside a target region for that ISA. Everything here lives in the
 // ISA's namespace, so the builds never share a symbol.
 #pragma once
 
 #include "cpu/tiled/isa_prelude.hpp"
 
+#ifndef FA_TILED_EMULATED
+#define FA_TILED_EMULATED 0
+#endif
+
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
 constexpr int kLanes = FA_TILED_LANES;
 typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
 typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+// bf16 bit patterns: 32-bit lanes (the pattern in the low half) and 16-bit ones.
+typedef uint32_t VecU __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+typedef uint16_t VecH __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 
 inline int round_up_lanes(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
@@ -25,11 +35,21 @@ inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
 // x - 0 is x for every x (signed zeros included), so this folds into one broadcast.
 inline VecF splat(float x) { return x - VecF{}; }
 inline VecI splat_int(int32_t x) { return x - VecI{}; }
+inline VecU splat_u(uint32_t x) { return x - VecU{}; }
+
+// The bf16 of each lane, in the low half: round to nearest even, NaN stays a (quiet)
+// NaN, bit for bit as core::float_to_bf16.
+inline VecU bf16_bits(VecF x) {
+  const VecU bits = (VecU)x;
+  const VecU rounded = (bits + splat_u(0x7FFFu) + ((bits >> 16) & splat_u(1u))) >> 16;
+  const VecU quiet_nan = (bits >> 16) | splat_u(0x40u);
+  return (bits & splat_u(0x7FFFFFFFu)) > splat_u(0x7F800000u) ? quiet_nan : rounded;
+}
 
 inline VecF fma(VecF a, VecF b, VecF c) {
-#if FA_TILED_LANES == 16
+#if FA_TILED_LANES == 16 && !FA_TILED_EMULATED
   return _mm512_fmadd_ps(a, b, c);
-#elif FA_TILED_LANES == 8
+#elif FA_TILED_LANES == 8 && !FA_TILED_EMULATED
   return _mm256_fmadd_ps(a, b, c);
 #else
   return a * b + c;
@@ -38,7 +58,7 @@ inline VecF fma(VecF a, VecF b, VecF c) {
 
 // The scalar counterpart of fma(): fused exactly when the vector one is.
 inline float fma_scalar(float a, float b, float c) {
-#if FA_TILED_LANES >= 8
+#if FA_TILED_LANES >= 8 && !FA_TILED_EMULATED
   return __builtin_fmaf(a, b, c);
 #else
   return a * b + c;

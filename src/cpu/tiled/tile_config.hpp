@@ -26,6 +26,12 @@ constexpr int kGroupQ = 4;
 // Tasks with at most this many query columns prefetch the next K/V tile (decoding).
 constexpr int kPrefetchBelowColumns = 32;
 
+// A build with bf16 products uses them for a sequence whose query rows (times the GQA
+// group, for the KV cache) exceed this; fewer (decoding) run the fp32 products, where
+// packing and padding the bf16 operands costs more than the products save. Decided per
+// call and sequence, never per task, so the bits do not depend on the thread count.
+constexpr int kBf16ProductsAboveColumns = 32;
+
 static_assert(kBlockQ % (kVecs * kLanes) == 0 && kBlockQ % kRows == 0,
               "query blocks are the columns of K Q^T and the rows of P V");
 static_assert(kBlockK % kRows == 0, "key blocks are the rows of K Q^T");

@@ -21,10 +21,16 @@ inline void to_float(const Storage<Type>* src, float* dst, int n) {
   if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
-    for (int i = 0; i < n; ++i) dst[i] = core::bf16_to_float(src[i]);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      VecH half;
+      std::memcpy(&half, src + i, sizeof half);
+      store(dst + i, (VecF)(__builtin_convertvector(half, VecU) << 16));
+    }
+    for (; i < n; ++i) dst[i] = core::bf16_to_float(src[i]);
   } else {
     int i = 0;
-#if FA_TILED_LANES >= 8  // F16C is part of the AVX2 and AVX-512 builds
+#if FA_TILED_LANES >= 8 && !FA_TILED_EMULATED  // F16C is part of the AVX2 and AVX-512 builds
     for (; i + 8 <= n; i += 8) {
       __m128i half;
       std::memcpy(&half, src + i, sizeof half);
@@ -41,7 +47,12 @@ inline void from_float(const float* src, Storage<Type>* dst, int n) {
   if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
-    for (int i = 0; i < n; ++i) dst[i] = core::float_to_bf16(src[i]);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const VecH half = __builtin_convertvector(bf16_bits(load(src + i)), VecH);
+      std::memcpy(dst + i, &half, sizeof half);
+    }
+    for (; i < n; ++i) dst[i] = core::float_to_bf16(src[i]);
   } else {
     for (int i = 0; i < n; ++i) dst[i] = core::float_to_fp16(src[i]);
   }
@@ -97,6 +108,19 @@ void store_rows(const float* src, int64_t lds, int rows, int cols, const float* 
   }
 }
 
+// The same from a transposed tile: row r of the output is column r of src (cols rows of
+// src, row stride lds).
+template <ElementType Type, typename RowPointer>
+void store_columns(const float* src, int64_t lds, int rows, int cols, const float* factor,
+                   RowPointer row_pointer) {
+  float scaled[kMaxHeadDim];
+  for (int r = 0; r < rows; ++r) {
+    const float f = factor != nullptr ? factor[r] : 1.f;
+    for (int c = 0; c < cols; ++c) scaled[c] = src[c * lds + r] * f;
+    from_float<Type>(scaled, row_pointer(r), cols);
+  }
+}
+
 inline void zero(float* dst, size_t n) { std::memset(dst, 0, sizeof(float) * n); }
 
 // Per-thread scratch carved into 64-byte aligned tiles; with a null base it only counts.
@@ -108,6 +132,11 @@ class Carver {
     used_ += (floats + 15) / 16 * 16;
     return tile;
   }
+  // Tiles of 16- and 32-bit words (bf16 operands), in the same float-counted space.
+  uint16_t* take_u16(size_t count) {
+    return reinterpret_cast<uint16_t*>(take((count + 1) / 2));
+  }
+  uint32_t* take_u32(size_t count) { return reinterpret_cast<uint32_t*>(take(count)); }
   size_t used() const { return used_; }
 
  private:
