@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""End-to-end Transformers numbers with flashattn ("fa2cpp") beside "sdpa" and "eager", in one
+process on one set of weights: greedy generate() tokens/s and training-step time, with peak
+memory; writes JSON lines.
+
+Models are built from configs (nothing is downloaded), random weights:
+  llama  a Llama-3-8B-shaped stack: hidden 4096, 32 query heads on 8 KV heads (d = 128),
+         MLP 14336, vocab 128256, cut to --layers decoder layers;
+  qwen2  a Qwen2-0.5B-shaped stack: hidden 896, 14 query heads on 2 KV heads (d = 64), MLP
+         4864, vocab 151936, --layers layers.
+Every implementation runs the same model object: the attention implementation is switched
+between measurements (set_attn_implementation), so the weights are shared and only one copy
+is in memory.
+
+Measurements (each the median of --repeats after a warm-up):
+  generate  batch x prompt tokens, --new-tokens greedy tokens forced (no early EOS), dynamic
+            cache; with --compile also the static cache with a compiled forward. Reported:
+            tokens/s over the whole call, the prefill (a one-token call) and the decode rate
+            (the other tokens over the time past the prefill).
+  train     batch x seqlen: forward + backward of the model's loss. "padded": rows of random
+            lengths between seqlen / 2 and seqlen, padded to seqlen with an attention mask;
+            "packed": the same sequences concatenated into one row, position_ids restarting
+            at every sequence (padding-free training, as each implementation runs it in
+            Transformers).
+
+    python3 bench/hf_e2e.py [--models llama,qwen2] [--impls fa2cpp,sdpa,eager] [--layers 4]
+        [--generate 1x1024,1x8192,8x1024] [--new-tokens 64] [--train 1x4096,1x16384]
+        [--compile] [--repeats 3] [--out F] [--tiny]
+
+--tiny shrinks every model and shape for a smoke test (on the CPU when no GPU is visible).
+A measurement that fails (out of memory, an implementation Transformers refuses) is written
+as a row with "error" and the run goes on.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+MODELS = {
+    "llama": dict(family="llama", hidden_size=4096, intermediate_size=14336,
+                  num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                  rope_theta=500000.0),
+    "qwen2": dict(family="qwen2", hidden_size=896, intermediate_size=4864,
+                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                  rope_theta=1000000.0),
+}
+TINY = dict(hidden_size=128, intermediate_size=256, vocab_size=512)
+
+
+def build_model(name, layers, tiny, device, dtype):
+    import transformers
+    spec = dict(MODELS[name])
+    family = spec.pop("family")
+    if tiny:
+        spec.update(TINY)
+        spec["num_attention_heads"], spec["num_key_value_heads"] = 4, 2
+    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[family]
+    config = config_class(num_hidden_layers=layers, max_position_embeddings=131072, **spec)
+    with torch.device(device):  # random init where the model runs: on the host it takes minutes
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+                                                              dtype=dtype)
+    return model
+
+
+def use_implementation(model, implementation):
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(implementation)
+    else:
+        model.config._attn_implementation = implementation
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def reset_peak(device):
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib(device):
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None
+
+
+def timed(fn, device, repeats):
+    """Median seconds of `repeats` calls after one untimed call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def generate_row(model, batch, prompt, new_tokens, device, repeats, static):
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, prompt), device=device)
+    mask = torch.ones_like(ids)
+    extra = {"cache_implementation": "static"} if static else {}
+
+    def run(tokens):
+        return lambda: model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                      max_new_tokens=tokens, min_new_tokens=tokens,
+                                      pad_token_id=0, **extra)
+
+    with torch.no_grad():
+        reset_peak(device)
+        whole = timed(run(new_tokens), device, repeats)
+        prefill = timed(run(1), device, repeats)
+    decode = (new_tokens - 1) / max(whole - prefill, 1e-9)
+    return {"tokens_per_s": round(batch * new_tokens / whole, 1),
+            "decode_tokens_per_s": round(batch * decode, 1),
+            "prefill_ms": round(prefill * 1e3, 2), "peak_gib": peak_gib(device)}
+
+
+def sequence_lengths(batch, seqlen, generator):
+    low = max(1, seqlen // 2)
+    return [int(x) for x in torch.randint(low, seqlen + 1, (batch,), generator=generator)]
+
+
+def train_inputs(kind, batch, seqlen, vocab, device):
+    generator = torch.Generator().manual_seed(batch * 100003 + seqlen)
+    lengths = sequence_lengths(batch, seqlen, generator)
+    if kind == "padded":
+        ids = torch.randint(0, vocab, (batch, seqlen), generator=generator)
+        mask = torch.zeros(batch, seqlen, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            mask[row, :length] = 1  # right padding, as training collators do
+        labels = ids.masked_fill(mask == 0, -100)
+        return {"input_ids": ids.to(device), "attention_mask": mask.to(device),
+                "labels": labels.to(device)}
+    total = sum(lengths)
+    ids = torch.randint(0, vocab, (1, total), generator=generator)
+    position_ids = torch.cat([torch.arange(length) for length in lengths]).unsqueeze(0)
+    labels = ids.clone()
+    starts = torch.tensor([0] + lengths[:-1]).cumsum(0)
+    labels[0, starts] = -100  # no label across a sequence boundary
+    return {"input_ids": ids.to(device), "position_ids": position_ids.to(device),
+            "labels": labels.to(device)}
+
+
+def train_row(model, kind, batch, seqlen, device, repeats):
+    inputs = train_inputs(kind, batch, seqlen, model.config.vocab_size, device)
+    model.train()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(**inputs).loss.backward()
+
+    reset_peak(device)
+    seconds = timed(step, device, repeats)
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    tokens = int(inputs["input_ids"].numel()) if kind == "packed" else \
+        int(inputs["attention_mask"].sum())
+    return {"step_ms": round(seconds * 1e3, 2), "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 1), "peak_gib": peak_gib(device)}
+
+
+def shapes(text):
+    return [tuple(int(x) for x in item.split("x")) for item in text.split(",") if item]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="llama,qwen2")
+    ap.add_argument("--impls", default="fa2cpp,sdpa,eager")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--generate", default="1x1024,1x8192,8x1024", help="batch x prompt")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--train", default="1x4096,1x16384", help="batch x seqlen")
+    ap.add_argument("--compile", action="store_true",
+                    help="also generate with the static cache and a compiled forward")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="small models and shapes: a smoke test")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    import flashattn.hf
+    flashattn.hf.register()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    generate_shapes, train_shapes, new_tokens = shapes(args.generate), shapes(args.train), \
+        args.new_tokens
+    if args.tiny:
+        generate_shapes, train_shapes, new_tokens = [(1, 32), (2, 48)], [(2, 64)], 4
+    device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    out = open(args.out, "w") if args.out else None
+
+    def emit(row):
+        row["device"] = device_name
+        print(json.dumps(row), flush=True)
+        if out:
+            out.write(json.dumps(row) + "\n")
+
+    for name in args.models.split(","):
+        torch.manual_seed(0)
+        model = build_model(name, args.layers, args.tiny, device, dtype).eval()
+        cases = [("generate", "dynamic", shape) for shape in generate_shapes]
+        if args.compile:
+            cases += [("generate", "static+compile", shape) for shape in generate_shapes]
+        cases += [("train", kind, shape) for shape in train_shapes
+                  for kind in ("padded", "packed")]
+        for what, kind, (batch, length) in cases:
+            for implementation in args.impls.split(","):
+                row = {"model": name, "layers": args.layers, "what": what, "kind": kind,
+                       "batch": batch, "length": length, "implementation": implementation}
+                try:
+                    use_implementation(model, implementation)
+                    if what == "generate":
+                        forward = model.forward
+                        if kind == "static+compile":
+                            model.forward = torch.compile(forward, mode="reduce-overhead",
+                                                          fullgraph=True)
+                        try:
+                            row.update(generate_row(model, batch, length, new_tokens, device,
+                                                    args.repeats, kind != "dynamic"))
+                        finally:
+                            model.forward = forward
+                    else:
+                        row.update(train_row(model, kind, batch, length, device, args.repeats))
+                except Exception as error:  # one failed cell must not end the run
+                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+                    model.zero_grad(set_to_none=True)
+                    model.eval()
+                emit(row)
+        model = None
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    if out:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
