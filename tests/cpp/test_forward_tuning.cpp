@@ -1,7 +1,7 @@
 // The Hopper forward's choices (src/cuda/forward_tuning.hpp), checked on the CPU: the box a
 // key block of a paged cache is loaded in never crosses a page and divides the block, the
-// paged prefill picks the tile with the larger boxes, and short GQA calls pack their heads. The GPU suites run both tiles over every page
-// size class.
+// paged prefill picks the tile with the larger boxes, and short GQA calls pack their heads.
+// The GPU suites run both tiles over every page size class.
 #include <gtest/gtest.h>
 
 #include "cuda/forward_tuning.hpp"

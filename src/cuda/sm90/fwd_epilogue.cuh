@@ -3,10 +3,11 @@
 //
 // O goes through shared memory (FwdStorage::o) so that the global stores are whole 16-byte
 // chunks of consecutive columns, row after row, whatever the output's strides; rows past the
-// sequence are not written. With packed GQA each row goes to its own query and head. Each warpgroup stages its own rows, so where O has a buffer of its
-// own the warpgroups do not wait for each other; where it is staged in the V ring, they first
-// wait until every one is done with the tile's last V, and the ring goes back to the producer
-// (o_empty) once each has read its rows out.
+// sequence are not written. With packed GQA each row goes to its own query and head. Each
+// warpgroup stages its own rows, so where O has a buffer of its own the warpgroups do not wait
+// for each other; where it is staged in the V ring, they first wait until every one is done
+// with the tile's last V, and the ring goes back to the producer (o_empty) once each has read
+// its rows out.
 #pragma once
 
 #include <math_constants.h>

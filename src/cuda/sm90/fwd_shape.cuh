@@ -4,8 +4,9 @@
 //
 // Warpgroups: warpgroup 0 is the producer (one thread issues every TMA load, a warp for a paged
 // cache; the others exit after giving their registers away), warpgroups 1 .. kMmaWarpgroups
-// each own 64 query rows of the tile. setmaxnreg moves the producer's registers to the MMA warpgroups: 128 x 24 +
-// 256 x 240 (two of them) or 128 x 32 + 384 x 160 (three) fit the 64K register file.
+// each own 64 query rows of the tile. setmaxnreg moves the producer's registers to the MMA
+// warpgroups: 128 x 24 + 256 x 240 (two of them) or 128 x 32 + 384 x 160 (three) fit the 64K
+// register file.
 #pragma once
 
 #include <cstdint>
