@@ -1,0 +1,89 @@
+"""ulysses_flash_attn_func: DeepSpeed-Ulysses context parallelism. An all-to-all turns
+each rank's sequence shard of every head into the whole sequence of nheads / W heads;
+flashattn attends over the whole sequence; a second all-to-all gives every rank its rows
+of every head back. Gradients flow back through the same all-to-alls (autograd)."""
+import torch
+import torch.distributed as dist
+
+from .. import interface
+from .._errors import InvalidArgumentError, invalid_argument
+from ._all_to_all import all_to_all
+from ._agree import agree, collective_device
+from ._layout import LAYOUTS
+from .ring import _check_common, _group, _header
+
+
+def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                            deterministic=False, return_attn_probs=False, *, group=None,
+                            layout="contiguous"):
+    """As ring_flash_attn_func (same shards, same results), for nheads and nheads_k
+    divisible by the group's size. Returns out, or (out, lse [batch, nheads,
+    seqlen_local], None) with return_attn_probs."""
+    function = "ulysses_flash_attn_func"
+    group = _group(group)
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    error = _check_common(q, k, v, 4, dropout_p, window_size, alibi_slopes, layout)
+    if error is None:
+        for name, heads in (("q", q.shape[2]), ("k", k.shape[2])):
+            if heads % world:
+                error = invalid_argument(name, f"a head count divisible by the world size "
+                                         f"{world} (Ulysses splits heads across ranks)",
+                                         str(heads))
+    if error is None and layout == "zigzag" and q.shape[1] % 2:
+        error = invalid_argument("q", "an even local sequence length with layout='zigzag'",
+                                 str(q.shape[1]))
+    batch, rows = (q.shape[0], q.shape[1]) if error is None else (0, 0)
+    header = _header(q, k, v, causal, window_size, layout, error, batch=batch,
+                     local_seqlen=rows)
+    agree(function, error, header, [], group, collective_device(group, q))
+    order = _sequence_order(rows, world, layout, q.device)
+    q_all, k_all, v_all = (_to_heads(x, world, group, order) for x in (q, k, v))
+    if alibi_slopes is not None:
+        heads = q.shape[2] // world
+        alibi_slopes = alibi_slopes[..., rank * heads:(rank + 1) * heads].contiguous()
+    result = interface.flash_attn_func(q_all, k_all, v_all, 0.0, softmax_scale, causal,
+                                       window_size, softcap, alibi_slopes, deterministic,
+                                       return_attn_probs)
+    out_all = result[0] if return_attn_probs else result
+    out = _to_sequence(out_all, world, group, order)
+    if not return_attn_probs:
+        return out
+    # lse [batch, heads / W, seqlen] is a sequence-major tensor [batch, seqlen, heads / W, 1].
+    lse = _to_sequence(result[1].detach().transpose(1, 2).unsqueeze(-1), world, group, order)
+    return out, lse.squeeze(-1).transpose(1, 2), None
+
+
+def _sequence_order(rows, world, layout, device):
+    """Where each row of the whole sequence sits in the ranks' shards laid end to end
+    (None for contiguous shards, which are in order already)."""
+    if layout == "contiguous":
+        return None
+    chunk = rows // 2
+    starts = [0] * (2 * world)
+    for r in range(world):
+        starts[r] = r * rows
+        starts[2 * world - 1 - r] = r * rows + chunk
+    index = [s + i for s in starts for i in range(chunk)]
+    return torch.tensor(index, dtype=torch.long, device=device)
+
+
+def _to_heads(x, world, group, order):
+    """[batch, rows, heads, d] shards of the sequence -> [batch, W * rows, heads / W, d]:
+    the whole sequence of this rank's heads."""
+    batch, rows, heads, dim = x.shape
+    send = x.reshape(batch, rows, world, heads // world, dim).permute(2, 0, 1, 3, 4)
+    received = all_to_all(send, group)
+    whole = received.permute(1, 0, 2, 3, 4).reshape(batch, world * rows, heads // world, dim)
+    return whole if order is None else whole.index_select(1, order)
+
+
+def _to_sequence(x, world, group, order):
+    """The inverse of _to_heads: [batch, W * rows, heads / W, d] -> [batch, rows, heads, d]."""
+    if order is not None:
+        x = torch.empty_like(x).index_copy(1, order, x)
+    batch, total, heads, dim = x.shape
+    rows = total // world
+    send = x.reshape(batch, world, rows, heads, dim).permute(1, 0, 2, 3, 4)
+    received = all_to_all(send, group)
+    return received.permute(1, 2, 0, 3, 4).reshape(batch, rows, world * heads, dim)

@@ -1,0 +1,108 @@
+"""flashattn.distributed on the CPU backend: 2 and 4 gloo ranks (processes), each result
+against one flashattn call on the whole sequence and the float64 reference.
+
+The rule (docs/design.md, Testing): the distributed result's error against the reference
+is at most twice the single-process call's error plus the dtype's tolerance, and it
+differs from the single-process result by at most that tolerance. The ranks stay up for
+the module (distributed_harness.RankPool); each case has a deadline, so a hang fails."""
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from conftest import TOLERANCE  # noqa: E402
+from distributed_harness import RankPool  # noqa: E402
+
+CASES = "distributed_cases"
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
+def ranks(request):
+    pool = RankPool(request.param)
+    yield pool
+    pool.close()
+
+
+def _check(errors, dtype="float32"):
+    tolerance = TOLERANCE[dtype]
+    for name, value in errors.items():
+        if name.endswith("_vs_single"):
+            assert value <= tolerance, f"{name}: {value}"
+        else:
+            distributed, single = value
+            assert distributed <= 2 * single + tolerance, f"{name}: {distributed} vs {single}"
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ring_dense(ranks, layout, causal):
+    _check(ranks.run(CASES, "dense", seed=1, layout=layout, causal=causal))
+
+
+@pytest.mark.parametrize("options", [
+    dict(window=(5, 0), causal=True),
+    dict(window=(3, 7)),
+    dict(window=(0, 0)),
+    dict(softcap=2.5, causal=True),
+    dict(alibi="shared", causal=True),
+    dict(alibi="per_batch", window=(6, 2)),
+    dict(alibi="shared", softcap=3.0),
+    dict(heads=4, heads_k=1, causal=True, softmax_scale=0.3),
+], ids=["sliding", "window", "window0", "softcap", "alibi", "alibi_window", "alibi_softcap",
+        "mqa_scale"])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_ring_dense_options(ranks, layout, options):
+    """Windows and ALiBi must see the whole sequence's positions, not the shard's."""
+    _check(ranks.run(CASES, "dense", seed=2, layout=layout, **options))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_ring_low_precision(ranks, dtype):
+    _check(ranks.run(CASES, "dense", seed=3, dtype=dtype, layout="zigzag", causal=True,
+                     heads_k=4, seqlen=64), dtype)
+
+
+def test_ring_deterministic_backward(ranks):
+    first = ranks.run(CASES, "dense", seed=4, causal=True, deterministic=True)
+    second = ranks.run(CASES, "dense", seed=4, causal=True, deterministic=True)
+    assert first == second
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True),
+    dict(causal=False, alibi="per_batch"),
+    dict(causal=True, window=(7, 0), softcap=4.0),
+], ids=["causal", "alibi", "window_softcap"])
+def test_ring_varlen_uneven_shards(ranks, options):
+    """Contiguous shards of different lengths per sequence and rank (some empty)."""
+    _check(ranks.run(CASES, "varlen", seed=5, seqlens=(40, 9, 1, 24), **options))
+
+
+def test_ring_varlen_zigzag(ranks):
+    world = ranks.world
+    _check(ranks.run(CASES, "varlen", seed=6, layout="zigzag", causal=True, alibi="shared",
+                     seqlens=(4 * world, 10 * world, 2 * world)))
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True, layout="contiguous"),
+    dict(causal=True, layout="zigzag", alibi="per_batch"),
+    dict(window=(4, 3), softcap=2.0, heads_k=4),
+], ids=["causal", "zigzag_alibi", "window_softcap"])
+def test_ulysses(ranks, options):
+    _check(ranks.run(CASES, "dense", variant="ulysses", seed=7, heads=8,
+                     **{"heads_k": ranks.world, **options}))
+
+
+@pytest.mark.parametrize("problem", ["dropout", "shape", "layout"])
+def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
+    messages = ranks.run(CASES, "rejects", problem=problem)
+    assert all(m is not None for m in messages), messages
+    if problem == "shape":  # valid on each rank, inconsistent between them
+        assert all("expected the same local_seqlen on every rank" in m for m in messages)
+        return
+    assert "rank 1 of the process group rejected" in messages[0]
+    expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of"}
+    assert expected[problem] in messages[1]
