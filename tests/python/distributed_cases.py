@@ -192,3 +192,58 @@ def rejects(rank, world, bad_rank=1, problem="dropout"):
     every = [None] * world
     dist.all_gather_object(every, message)
     return every
+
+
+def torch_context_parallel(rank, world, seed=0, heads=4, seqlen=32, dim=8):
+    """PyTorch's own context parallelism (torch.distributed.tensor.experimental.
+    context_parallel) on flashattn's SDPA kernels. Its ring handler runs
+    aten::_scaled_dot_product_flash_attention (and _backward) once per ring step; on CUDA
+    flashattn.torch.activate() routes those two to flashattn. CPU tensors have no kernel
+    for them (CPU SDPA runs _scaled_dot_product_flash_attention_for_cpu, which the ring
+    does not handle), so here flashattn.torch's two functions are registered as their CPU
+    kernels for the duration of the case, and the op is called on DTensors directly.
+    Returns which of them ran and the errors against SDPA on the whole sequence."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.experimental import context_parallel
+    import flashattn.torch as routing
+
+    calls = []
+
+    def forward(*args, **kwargs):
+        calls.append("forward")
+        return routing._sdpa_forward(*args, **kwargs)
+
+    def backward(*args, **kwargs):
+        calls.append("backward")
+        return routing._sdpa_backward(*args, **kwargs)
+
+    library = torch.library.Library("aten", "IMPL", "CPU")  # noqa: TOR901
+    try:
+        library.impl("_scaled_dot_product_flash_attention", forward, "CPU")
+        library.impl("_scaled_dot_product_flash_attention_backward", backward, "CPU")
+        mesh = init_device_mesh("cpu", (world,))
+        generator = torch.Generator().manual_seed(seed)
+        q, k, v, dout = (torch.randn(1, heads, seqlen, dim, generator=generator)
+                         for _ in range(4))
+        buffers = [x.clone() for x in (q, k, v, dout)]
+        # For is_causal, context_parallel shards with its head-tail load balancer: rank r
+        # holds chunks r and 2W-1-r, flashattn.distributed's "zigzag".
+        with context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2, 2]):
+            leaves = [x.detach().requires_grad_() for x in buffers[:3]]
+            q_d, k_d, v_d = (DTensor.from_local(x, mesh, [Shard(2)], run_check=False)
+                             for x in leaves)
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q_d, k_d, v_d, 0.0, True)[0]
+            out.to_local().backward(buffers[3])
+        got = {"out": _gather(out.to_local().detach(), "zigzag", 2)}
+        for name, x in zip(("dq", "dk", "dv"), leaves):
+            got[name] = _gather(x.grad, "zigzag", 2)
+    finally:
+        library._destroy()
+    whole = [x.detach().requires_grad_() for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*whole, is_causal=True)
+    ref.backward(dout)
+    expected = {"out": ref.detach(), "dq": whole[0].grad, "dk": whole[1].grad,
+                "dv": whole[2].grad}
+    return {"calls": sorted(set(calls)),
+            **{name: float((got[name] - expected[name]).abs().max()) for name in got}}

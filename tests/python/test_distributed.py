@@ -106,3 +106,22 @@ def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
     assert "rank 1 of the process group rejected" in messages[0]
     expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of"}
     assert expected[problem] in messages[1]
+
+
+def test_torch_context_parallel_runs_flashattn_kernels(ranks):
+    """PyTorch's ring (context_parallel) calling flashattn's SDPA kernels for every step,
+    forward and backward; see distributed_cases.torch_context_parallel for what is
+    registered and why (CPU SDPA itself never reaches these ops)."""
+    pytest.importorskip("torch.distributed.tensor.experimental")
+    result = ranks.run(CASES, "torch_context_parallel", seed=8)
+    assert result.pop("calls") == ["backward", "forward"]
+    for name, error in result.items():
+        assert error <= TOLERANCE["float32"], f"{name}: {error}"
+
+
+def test_needs_an_initialized_process_group():
+    """In this (parent) process no process group exists: a clear error, not a hang."""
+    from flashattn.distributed import ring_flash_attn_func
+    q = torch.randn(1, 8, 2, 8)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ring_flash_attn_func(q, q, q)

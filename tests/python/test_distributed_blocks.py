@@ -38,7 +38,8 @@ def _check_step(query_pieces, key_pieces, rows_q, rows_k, causal, window, alibi)
             if rect is None:
                 assert n_q == 0 or n_k == 0, "a gap's rows would see its keys"
             else:
-                assert (rect.q_start, rect.k_start, rect.q_len, rect.k_len) == (q_at, k_at, n_q, n_k)
+                where = (rect.q_start, rect.k_start, rect.q_len, rect.k_len)
+                assert where == (q_at, k_at, n_q, n_k)
                 seen = visible_keys(n_q, n_k, False, call.window)
                 covered[q_at:q_at + n_q, k_at:k_at + n_k] += seen
                 for i, j in zip(*np.nonzero(seen)):

@@ -90,9 +90,11 @@ def _coalesce(rects):
                     continue
                 if x.alibi_shift or y.alibi_shift or x.alibi_sign != 1 or y.alibi_sign != 1:
                     continue
-                if (x.k_start, x.k_len) == (y.k_start, y.k_len) and x.q_start + x.q_len == y.q_start:
+                same_keys = (x.k_start, x.k_len) == (y.k_start, y.k_len)
+                same_rows = (x.q_start, x.q_len) == (y.q_start, y.q_len)
+                if same_keys and x.q_start + x.q_len == y.q_start:
                     union = x._replace(q_len=x.q_len + y.q_len)
-                elif (x.q_start, x.q_len) == (y.q_start, y.q_len) and x.k_start + x.k_len == y.k_start:
+                elif same_rows and x.k_start + x.k_len == y.k_start:
                     union = x._replace(k_len=x.k_len + y.k_len)
                 else:
                     continue

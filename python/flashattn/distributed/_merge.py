@@ -15,5 +15,5 @@ def merge_into(out_acc, lse_acc, out_part, lse_part):
     empty = lse_new == float("-inf")
     keep = torch.where(empty, 0.0, torch.exp(lse_acc - lse_new)).t().unsqueeze(-1)
     take = torch.where(empty, 0.0, torch.exp(lse_part - lse_new)).t().unsqueeze(-1)
-    out_acc.mul_(keep).add_(out_part * take)
+    out_acc.mul_(keep).addcmul_(out_part, take)  # no fp32 copy of out_part
     lse_acc.copy_(lse_new)

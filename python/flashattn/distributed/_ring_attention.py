@@ -7,7 +7,7 @@ once, from every rank's geometry, and serves both directions.
 """
 import torch
 
-from . import _calls
+from . import _block_calls
 from ._exchange import wait
 from ._merge import merge_into
 
@@ -48,7 +48,7 @@ class RingAttention(torch.autograd.Function):
                 k_next, v_next = _block_of(plan, step + 1, k_cur, v_cur)
                 pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
             for call in calls:
-                out, lse = _calls.forward(call, q, k_cur, v_cur, plan.softmax_scale,
+                out, lse = _block_calls.forward(call, q, k_cur, v_cur, plan.softmax_scale,
                                           plan.softcap)
                 merge_into(out_acc, lse_acc, out, lse)
             if pending is not None:
@@ -80,7 +80,7 @@ class RingAttention(torch.autograd.Function):
             dk_blk = torch.zeros(k_cur.shape, dtype=torch.float32, device=k.device)
             dv_blk = torch.zeros(v_cur.shape, dtype=torch.float32, device=v.device)
             for call in calls:
-                dq_c, dk_c, dv_c = _calls.backward(call, dout, q, k_cur, v_cur, out, lse,
+                dq_c, dk_c, dv_c = _block_calls.backward(call, dout, q, k_cur, v_cur, out, lse,
                                                    plan.softmax_scale, plan.softcap,
                                                    plan.deterministic)
                 dq += dq_c

@@ -6,11 +6,10 @@ import torch
 import torch.distributed as dist
 
 from .. import interface
-from .._errors import InvalidArgumentError, invalid_argument
+from .._errors import invalid_argument
 from ._all_to_all import all_to_all
 from ._agree import agree, collective_device
-from ._layout import LAYOUTS
-from .ring import _check_common, _group, _header
+from ._arguments import check_common, header, process_group
 
 
 def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -21,9 +20,9 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
     divisible by the group's size. Returns out, or (out, lse [batch, nheads,
     seqlen_local], None) with return_attn_probs."""
     function = "ulysses_flash_attn_func"
-    group = _group(group)
+    group = process_group(group)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    error = _check_common(q, k, v, 4, dropout_p, window_size, alibi_slopes, layout)
+    error = check_common(q, k, v, 4, dropout_p, window_size, alibi_slopes, layout)
     if error is None:
         for name, heads in (("q", q.shape[2]), ("k", k.shape[2])):
             if heads % world:
@@ -34,9 +33,9 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
         error = invalid_argument("q", "an even local sequence length with layout='zigzag'",
                                  str(q.shape[1]))
     batch, rows = (q.shape[0], q.shape[1]) if error is None else (0, 0)
-    header = _header(q, k, v, causal, window_size, layout, error, batch=batch,
+    shared = header(q, k, v, causal, window_size, layout, error, batch=batch,
                      local_seqlen=rows)
-    agree(function, error, header, [], group, collective_device(group, q))
+    agree(function, error, shared, [], group, collective_device(group, q))
     order = _sequence_order(rows, world, layout, q.device)
     q_all, k_all, v_all = (_to_heads(x, world, group, order) for x in (q, k, v))
     if alibi_slopes is not None:
