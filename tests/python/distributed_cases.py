@@ -124,7 +124,6 @@ def varlen(rank, world, seed=0, seqlens=(40, 9, 24), heads=4, heads_k=2, dim=16,
     local = [x[index].detach().requires_grad_(backward) for x in (q, k, v)]
     out, lse, _ = ring_flash_attn_varlen_func(*local, cu, int((cu[1:] - cu[:-1]).max()),
                                               **options, return_attn_probs=True, layout=layout)
-    indices = [torch.empty_like(index) for _ in range(world)]
     sizes = [torch.zeros((), dtype=torch.long) for _ in range(world)]
     dist.all_gather(sizes, torch.tensor(len(index)))
     everything = {"out": out.detach(), "lse": lse.t().contiguous()}
@@ -183,8 +182,16 @@ def rejects(rank, world, bad_rank=1, problem="dropout"):
             q = k = v = torch.randn(1, 6, 2, 8)
         elif problem == "layout":
             kwargs["layout"] = "spiral"
+        elif problem == "odd_zigzag":
+            q = k = v = torch.randn(1, 7, 2, 8)
+    if problem == "odd_zigzag":
+        kwargs["layout"] = "zigzag"
+    function = ring_flash_attn_func
+    if problem == "ulysses_heads":  # 2 heads over 4 ranks: every rank rejects it
+        function = ulysses_flash_attn_func
+        q = k = v = torch.randn(1, 8, 2 if world > 2 else 3, 8)
     try:
-        ring_flash_attn_func(q, k, v, **kwargs)
+        function(q, k, v, **kwargs)
     except Exception as error:  # noqa: BLE001 -- the message is the result
         message = f"{type(error).__name__}: {error}"
     else:

@@ -96,15 +96,20 @@ def test_ulysses(ranks, options):
                      **{"heads_k": ranks.world, **options}))
 
 
-@pytest.mark.parametrize("problem", ["dropout", "shape", "layout"])
+@pytest.mark.parametrize("problem", ["dropout", "shape", "layout", "odd_zigzag",
+                                     "ulysses_heads"])
 def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
     messages = ranks.run(CASES, "rejects", problem=problem)
     assert all(m is not None for m in messages), messages
     if problem == "shape":  # valid on each rank, inconsistent between them
         assert all("expected the same local_seqlen on every rank" in m for m in messages)
         return
+    if problem == "ulysses_heads":
+        assert all("divisible by the world size" in m for m in messages), messages
+        return
     assert "rank 1 of the process group rejected" in messages[0]
-    expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of"}
+    expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of",
+                "odd_zigzag": "q: expected an even local sequence length"}
     assert expected[problem] in messages[1]
 
 

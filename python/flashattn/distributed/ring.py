@@ -7,7 +7,7 @@ visits every rank, and the ranks' partial results merge through their log-sum-ex
 """
 import torch.distributed as dist
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, invalid_argument
 from . import _blocks
 from ._agree import agree, collective_device
 from ._arguments import check_common, header, local_lengths, process_group
