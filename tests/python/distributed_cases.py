@@ -110,7 +110,8 @@ def _local_rows(seqlens, shards, rank, world, layout):
 
 def varlen(rank, world, seed=0, seqlens=(40, 9, 24), heads=4, heads_k=2, dim=16,
            dtype="float32", layout="contiguous", causal=True, window=(-1, -1), softcap=0.0,
-           alibi=None, backward=True):
+           alibi=None, backward=True, first_rank_only=False):
+    """first_rank_only: rank 0 holds every row, the other ranks none."""
     dtype = DTYPES[dtype]
     window = tuple(window)
     total = sum(seqlens)
@@ -119,6 +120,8 @@ def varlen(rank, world, seed=0, seqlens=(40, 9, 24), heads=4, heads_k=2, dim=16,
                (total, heads, dim)], dtype, alibi, len(seqlens), heads)
     generator = torch.Generator().manual_seed(seed + 1)
     shards = [_cut(n, world, layout, generator) for n in seqlens]
+    if first_rank_only:
+        shards = [[n] + [0] * (world - 1) for n in seqlens]
     options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=slopes)
     index, cu = _local_rows(seqlens, shards, rank, world, layout)
     local = [x[index].detach().requires_grad_(backward) for x in (q, k, v)]
@@ -182,6 +185,8 @@ def rejects(rank, world, bad_rank=1, problem="dropout"):
             q = k = v = torch.randn(1, 6, 2, 8)
         elif problem == "layout":
             kwargs["layout"] = "spiral"
+        elif problem == "softcap":  # only the library checks it
+            kwargs["softcap"] = -1.0
         elif problem == "odd_zigzag":
             q = k = v = torch.randn(1, 7, 2, 8)
     if problem == "odd_zigzag":

@@ -80,6 +80,11 @@ def test_ring_varlen_uneven_shards(ranks, options):
     _check(ranks.run(CASES, "varlen", seed=5, seqlens=(40, 9, 1, 24), **options))
 
 
+def test_ring_varlen_ranks_without_rows(ranks):
+    _check(ranks.run(CASES, "varlen", seed=9, seqlens=(12, 5), first_rank_only=True,
+                     alibi="per_batch", window=(3, 1)))
+
+
 def test_ring_varlen_zigzag(ranks):
     world = ranks.world
     _check(ranks.run(CASES, "varlen", seed=6, layout="zigzag", causal=True, alibi="shared",
@@ -97,7 +102,7 @@ def test_ulysses(ranks, options):
 
 
 @pytest.mark.parametrize("problem", ["dropout", "shape", "layout", "odd_zigzag",
-                                     "ulysses_heads"])
+                                     "softcap", "ulysses_heads"])
 def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
     messages = ranks.run(CASES, "rejects", problem=problem)
     assert all(m is not None for m in messages), messages
@@ -109,7 +114,8 @@ def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
         return
     assert "rank 1 of the process group rejected" in messages[0]
     expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of",
-                "odd_zigzag": "q: expected an even local sequence length"}
+                "odd_zigzag": "q: expected an even local sequence length",
+                "softcap": "softcap: expected a finite value >= 0"}
     assert expected[problem] in messages[1]
 
 

@@ -79,3 +79,25 @@ def header(q, k, v, causal, window_size, layout, error, **more):
     values = [q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], _DTYPES[q.dtype],
               LAYOUTS.index(layout), int(bool(causal)), int(window[0]), int(window[1])]
     return dict(zip(names, values + list(more.values())))
+
+
+def library_error(q, k, v, sequences, softmax_scale, softcap, alibi_slopes):
+    """The library's own rejection of these tensors and options (or None), from a call on
+    at most one row: what only the library checks (head dims, a dtype the device cannot
+    run, softcap, scale, ALiBi's shape) then fails on every rank before any block moves,
+    instead of on one rank in the middle of the ring. q, k, v are packed [rows, heads, d];
+    `sequences` is the batch (or sequence count) that ALiBi's [batch, nheads] refers to."""
+    from .. import _torch_ops
+    from .._calls import Options
+    from .._errors import Error
+
+    rows = min(1, q.shape[0], k.shape[0])
+    offsets = torch.tensor([0] + [rows] * max(sequences, 1), dtype=torch.int32,
+                           device=q.device)
+    options = Options(softmax_scale, False, (-1, -1), softcap, alibi_slopes)
+    try:
+        _torch_ops.forward_with_options(q[:rows], k[:rows], v[:rows], offsets, offsets, None,
+                                        rows, rows, options, with_lse=False)
+    except (Error, ValueError, NotImplementedError, TypeError, RuntimeError) as error:
+        return error
+    return None

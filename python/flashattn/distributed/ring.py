@@ -10,7 +10,8 @@ import torch.distributed as dist
 from .._errors import InvalidArgumentError, invalid_argument
 from . import _blocks
 from ._agree import agree, collective_device
-from ._arguments import check_common, header, local_lengths, process_group
+from ._arguments import (check_common, header, library_error, local_lengths,
+                         process_group)
 from ._block_calls import DeviceCall
 from ._exchange import Ring
 from ._layout import pieces_of_rank
@@ -32,6 +33,9 @@ def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fals
         error = invalid_argument("q", "an even local sequence length with layout='zigzag' "
                                  "(two equal chunks)", f"{q.shape[1]}")
     batch, rows = (q.shape[0], q.shape[1]) if error is None else (0, 0)
+    if error is None:
+        error = library_error(*(x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)),
+                              batch, softmax_scale, softcap, alibi_slopes)
     group = process_group(group)
     shared = header(q, k, v, causal, window_size, layout, error, batch=batch,
                      local_seqlen=rows)
@@ -63,6 +67,8 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, dropout_p=0.0,
     lengths = []
     if error is None:
         lengths, error = local_lengths(cu_seqlens, q, layout)
+    if error is None:
+        error = library_error(q, k, v, len(lengths), softmax_scale, softcap, alibi_slopes)
     group = process_group(group)
     shared = header(q, k, v, causal, window_size, layout, error)
     every = agree(function, error, shared, lengths, group, collective_device(group, q))

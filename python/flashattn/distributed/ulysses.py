@@ -9,7 +9,7 @@ from .. import interface
 from .._errors import invalid_argument
 from ._all_to_all import all_to_all
 from ._agree import agree, collective_device
-from ._arguments import check_common, header, process_group
+from ._arguments import check_common, header, library_error, process_group
 
 
 def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -33,6 +33,9 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
         error = invalid_argument("q", "an even local sequence length with layout='zigzag'",
                                  str(q.shape[1]))
     batch, rows = (q.shape[0], q.shape[1]) if error is None else (0, 0)
+    if error is None:
+        error = library_error(*(x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)),
+                              batch, softmax_scale, softcap, alibi_slopes)
     shared = header(q, k, v, causal, window_size, layout, error, batch=batch,
                      local_seqlen=rows)
     agree(function, error, shared, [], group, collective_device(group, q))
