@@ -185,6 +185,8 @@ def rejects(rank, world, bad_rank=1, problem="dropout"):
             q = k = v = torch.randn(1, 6, 2, 8)
         elif problem == "layout":
             kwargs["layout"] = "spiral"
+        elif problem == "softcap_differs":  # valid, but not what the other ranks pass
+            kwargs["softcap"] = 2.0
         elif problem == "softcap":  # only the library checks it
             kwargs["softcap"] = -1.0
         elif problem == "odd_zigzag":

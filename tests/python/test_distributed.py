@@ -102,12 +102,13 @@ def test_ulysses(ranks, options):
 
 
 @pytest.mark.parametrize("problem", ["dropout", "shape", "layout", "odd_zigzag",
-                                     "softcap", "ulysses_heads"])
+                                     "softcap", "softcap_differs", "ulysses_heads"])
 def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
     messages = ranks.run(CASES, "rejects", problem=problem)
     assert all(m is not None for m in messages), messages
-    if problem == "shape":  # valid on each rank, inconsistent between them
-        assert all("expected the same local_seqlen on every rank" in m for m in messages)
+    if problem in ("shape", "softcap_differs"):  # valid on each rank, not the same on all
+        name = "local_seqlen" if problem == "shape" else "softcap"
+        assert all(f"expected the same {name} on every rank" in m for m in messages), messages
         return
     if problem == "ulysses_heads":
         assert all("divisible by the world size" in m for m in messages), messages

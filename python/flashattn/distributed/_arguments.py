@@ -67,17 +67,19 @@ def local_lengths(cu_seqlens, q, layout):
     return lengths, None
 
 
-def header(q, k, v, causal, window_size, layout, error, **more):
+def header(q, k, v, causal, window_size, layout, error, softmax_scale, softcap, **more):
     """What must be the same on every rank: heads, head dims, dtype, the options, and
     `more` ({name: int}); zeros where this rank's call was rejected (`error`)."""
     names = ["nheads", "nheads_k", "head_dim", "head_dim_v", "dtype (0 fp32, 1 fp16, 2 bf16)",
-             "layout (0 contiguous, 1 zigzag)", "causal", "window_size[0]", "window_size[1]"]
+             "layout (0 contiguous, 1 zigzag)", "causal", "window_size[0]", "window_size[1]",
+             "softmax_scale (-1: 1/sqrt(head_dim))", "softcap"]
     names += list(more)
     if error is not None:
         return dict.fromkeys(names, 0)
     window = tuple(window_size)
     values = [q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], _DTYPES[q.dtype],
-              LAYOUTS.index(layout), int(bool(causal)), int(window[0]), int(window[1])]
+              LAYOUTS.index(layout), int(bool(causal)), int(window[0]), int(window[1]),
+              -1.0 if softmax_scale is None else float(softmax_scale), float(softcap)]
     return dict(zip(names, values + list(more.values())))
 
 

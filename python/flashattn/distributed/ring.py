@@ -37,8 +37,8 @@ def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fals
         error = library_error(*(x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)),
                               batch, softmax_scale, softcap, alibi_slopes)
     group = process_group(group)
-    shared = header(q, k, v, causal, window_size, layout, error, batch=batch,
-                     local_seqlen=rows)
+    shared = header(q, k, v, causal, window_size, layout, error, softmax_scale, softcap,
+                    batch=batch, local_seqlen=rows)
     agree(function, error, shared, [], group, collective_device(group, q))
     lengths = [[rows] * batch for _ in range(dist.get_world_size(group))]
     packed = [x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)]
@@ -70,7 +70,8 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, dropout_p=0.0,
     if error is None:
         error = library_error(q, k, v, len(lengths), softmax_scale, softcap, alibi_slopes)
     group = process_group(group)
-    shared = header(q, k, v, causal, window_size, layout, error)
+    shared = header(q, k, v, causal, window_size, layout, error, softmax_scale,
+                    softcap)
     every = agree(function, error, shared, lengths, group, collective_device(group, q))
     if layout == "zigzag" and any(every[r] != every[0] for r in range(len(every))):
         raise InvalidArgumentError(f"cu_seqlens: expected the same sequence lengths on every "

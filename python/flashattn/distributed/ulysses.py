@@ -36,8 +36,8 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
     if error is None:
         error = library_error(*(x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)),
                               batch, softmax_scale, softcap, alibi_slopes)
-    shared = header(q, k, v, causal, window_size, layout, error, batch=batch,
-                     local_seqlen=rows)
+    shared = header(q, k, v, causal, window_size, layout, error, softmax_scale, softcap,
+                    batch=batch, local_seqlen=rows)
     agree(function, error, shared, [], group, collective_device(group, q))
     order = _sequence_order(rows, world, layout, q.device)
     q_all, k_all, v_all = (_to_heads(x, world, group, order) for x in (q, k, v))
