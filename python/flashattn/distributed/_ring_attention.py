@@ -34,6 +34,17 @@ def _block_of(plan, step, *like):
     return [t.new_empty((rows, *t.shape[1:])) for t in like]
 
 
+def _received(pending, received, dk, dv):
+    """The fp32 dK/dV of the block held now: what came from the previous rank (once it
+    has arrived) plus this rank's dk, dv; or dk, dv alone at the first step."""
+    if pending is None:
+        return [dk.float(), dv.float()]
+    wait(pending)
+    received[0].add_(dk)
+    received[1].add_(dv)
+    return received
+
+
 class RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan):
@@ -76,27 +87,33 @@ class RingAttention(torch.autograd.Function):
             if step + 1 < ring.world:
                 k_next, v_next = _block_of(plan, step + 1, k_cur, v_cur)
                 kv_pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
-            # dK/dV of the block held now, in fp32: its sum over the ranks travels with it.
-            dk_blk = torch.zeros(k_cur.shape, dtype=torch.float32, device=k.device)
-            dv_blk = torch.zeros(v_cur.shape, dtype=torch.float32, device=v.device)
+            # dK/dV of the block held now, in fp32: what the previous ranks added to it
+            # arrives while this rank computes its first part, and the sum travels on.
+            held = None
             for call in calls:
                 dq_c, dk_c, dv_c = _block_calls.backward(call, dout, q, k_cur, v_cur, out, lse,
-                                                   plan.softmax_scale, plan.softcap,
-                                                   plan.deterministic)
+                                                         plan.softmax_scale, plan.softcap,
+                                                         plan.deterministic)
                 dq += dq_c
-                dk_blk += dk_c
-                dv_blk += dv_c
-            if dkv_pending is not None:  # what the previous ranks added to this block
-                wait(dkv_pending)
-                dk_blk += dkv_in[0]
-                dv_blk += dkv_in[1]
+                if held is None:
+                    held = _received(dkv_pending, dkv_in, dk_c, dv_c)
+                    dkv_pending = None
+                else:
+                    held[0].add_(dk_c)
+                    held[1].add_(dv_c)
+            if held is None:  # no row of this rank sees the block: pass it on as it came
+                if dkv_pending is None:
+                    held = [x.new_zeros(x.shape, dtype=torch.float32) for x in (k_cur, v_cur)]
+                else:
+                    wait(dkv_pending)
+                    held, dkv_pending = dkv_in, None
             if ring.world > 1:
                 # After the last step this hop takes each block's gradients home.
-                dkv_out = (dk_blk, dv_blk)
-                dkv_in = _block_of(plan, step + 1, dk_blk, dv_blk)
+                dkv_out = held
+                dkv_in = _block_of(plan, step + 1, *held)
                 dkv_pending = ring.start(dkv_out, dkv_in, _DKV_TAG)
             else:
-                dkv_in = (dk_blk, dv_blk)
+                dkv_in = held
             if kv_pending is not None:
                 wait(kv_pending)
                 k_cur, v_cur = k_next, v_next
