@@ -10,11 +10,13 @@ import torch
 import torch.distributed as dist
 
 import flashattn
-from flashattn.distributed import (ring_flash_attn_func, ring_flash_attn_varlen_func, shard,
-                                   ulysses_flash_attn_func, unshard)
+from flashattn.distributed import (hybrid_flash_attn_func, ring_flash_attn_func,
+                                   ring_flash_attn_varlen_func, shard, ulysses_flash_attn_func,
+                                   unshard)
 import reference_torch
 
-FUNCTIONS = {"ring": ring_flash_attn_func, "ulysses": ulysses_flash_attn_func}
+FUNCTIONS = {"ring": ring_flash_attn_func, "ulysses": ulysses_flash_attn_func,
+             "hybrid": hybrid_flash_attn_func}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -29,10 +31,32 @@ def _inputs(seed, shapes, dtype, alibi, batch, heads):
     return tensors, slopes
 
 
-def _gather(local, layout, dim):
+def _gather(local, layout, dim, ulysses_size=1):
+    """The whole-sequence tensor from every rank's `local` (see _sharding)."""
     every = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(every, local.contiguous())
-    return unshard(every, layout, dim)
+    ring_shards = [torch.cat(every[i:i + ulysses_size], dim)
+                   for i in range(0, len(every), ulysses_size)]
+    return unshard(ring_shards, layout, dim)
+
+
+def _sharding(rank, world, variant, ulysses_size):
+    """(function of (x, layout, dim) giving this rank's rows, extra keyword arguments of
+    the variant). Hybrid: rank = i * U + j holds piece j of ring shard i; its Ulysses
+    group is the ranks of the same i, its ring group those of the same j."""
+    if variant != "hybrid":
+        return (lambda x, layout, dim=1: shard(x, rank, world, layout, dim)), {}
+    rings = world // ulysses_size
+    # Every rank creates every group, in the same order (torch.distributed's rule).
+    ulysses_groups = [dist.new_group([i * ulysses_size + j for j in range(ulysses_size)])
+                      for i in range(rings)]
+    ring_groups = [dist.new_group([i * ulysses_size + j for i in range(rings)])
+                   for j in range(ulysses_size)]
+    i, j = divmod(rank, ulysses_size)
+
+    def local(x, layout, dim=1):
+        return shard(shard(x, i, rings, layout, dim), j, ulysses_size, "contiguous", dim)
+    return local, {"ring_group": ring_groups[j], "ulysses_group": ulysses_groups[i]}
 
 
 def _errors(named, single, reference):
@@ -48,7 +72,8 @@ def _errors(named, single, reference):
 
 def dense(rank, world, variant="ring", seed=0, batch=2, seqlen=32, heads=4, heads_k=2,
           dim=16, dtype="float32", layout="contiguous", causal=False, window=(-1, -1),
-          softcap=0.0, alibi=None, softmax_scale=None, backward=True, deterministic=False):
+          softcap=0.0, alibi=None, softmax_scale=None, backward=True, deterministic=False,
+          ulysses_size=1):
     dtype = DTYPES[dtype]
     window = tuple(window)
     (q, k, v, dout), slopes = _inputs(
@@ -57,14 +82,16 @@ def dense(rank, world, variant="ring", seed=0, batch=2, seqlen=32, heads=4, head
         batch, heads)
     options = dict(softmax_scale=softmax_scale, causal=causal, window_size=window,
                    softcap=softcap, alibi_slopes=slopes)
-    local = [shard(x, rank, world, layout).detach().requires_grad_(backward) for x in (q, k, v)]
+    mine, groups = _sharding(rank, world, variant, ulysses_size)
+    local = [mine(x, layout).detach().requires_grad_(backward) for x in (q, k, v)]
     out, lse, _ = FUNCTIONS[variant](*local, **options, deterministic=deterministic,
-                                      return_attn_probs=True, layout=layout)
-    got = {"out": _gather(out.detach(), layout, 1), "lse": _gather(lse, layout, 2)}
+                                      return_attn_probs=True, layout=layout, **groups)
+    u = ulysses_size if variant == "hybrid" else 1
+    got = {"out": _gather(out.detach(), layout, 1, u), "lse": _gather(lse, layout, 2, u)}
     if backward:
-        out.backward(shard(dout, rank, world, layout))
+        out.backward(mine(dout, layout))
         for name, x in zip(("dq", "dk", "dv"), local):
-            got[name] = _gather(x.grad, layout, 1)
+            got[name] = _gather(x.grad, layout, 1, u)
     if rank != 0:
         return None
 

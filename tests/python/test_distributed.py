@@ -101,6 +101,17 @@ def test_ulysses(ranks, options):
                      **{"heads_k": ranks.world, **options}))
 
 
+@pytest.mark.parametrize("options", [
+    dict(causal=True, layout="zigzag", alibi="per_batch"),
+    dict(layout="contiguous", window=(5, 2), softcap=2.0),
+], ids=["zigzag_alibi", "window_softcap"])
+def test_hybrid_ring_of_ulysses_groups(ranks, options):
+    """2D: Ulysses inside groups of 2 ranks, the ring across the groups (2 ranks: a
+    ring of one group, i.e. Ulysses alone; 4 ranks: a 2 x 2 grid)."""
+    _check(ranks.run(CASES, "dense", variant="hybrid", ulysses_size=2, seed=10, heads=4,
+                     heads_k=2, **options))
+
+
 @pytest.mark.parametrize("problem", ["dropout", "shape", "layout", "odd_zigzag",
                                      "softcap", "softcap_differs", "ulysses_heads"])
 def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
@@ -111,7 +122,7 @@ def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
         assert all(f"expected the same {name} on every rank" in m for m in messages), messages
         return
     if problem == "ulysses_heads":
-        assert all("divisible by the world size" in m for m in messages), messages
+        assert all("(Ulysses splits heads across" in m for m in messages), messages
         return
     assert "rank 1 of the process group rejected" in messages[0]
     expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of",

@@ -10,11 +10,13 @@ torch.distributed process group (context parallelism), on flashattn's kernels.
 - ulysses_flash_attn_func: all-to-all from sequence shards to head shards, attention on
   the whole sequence, all-to-all back (DeepSpeed-Ulysses); nheads and nheads_k divisible
   by the world size.
+- hybrid_flash_attn_func: Ulysses inside groups of ranks, the ring across them (2D).
 - shard / unshard: a whole-sequence tensor to a rank's rows in a layout, and back.
 """
 from ._layout import LAYOUTS, shard, unshard
 from .ring import ring_flash_attn_func, ring_flash_attn_varlen_func
 from .ulysses import ulysses_flash_attn_func
+from .hybrid import hybrid_flash_attn_func
 
 __all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ulysses_flash_attn_func",
-           "shard", "unshard", "LAYOUTS"]
+           "hybrid_flash_attn_func", "shard", "unshard", "LAYOUTS"]

@@ -19,15 +19,29 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
     """As ring_flash_attn_func (same shards, same results), for nheads and nheads_k
     divisible by the group's size. Returns out, or (out, lse [batch, nheads,
     seqlen_local], None) with return_attn_probs."""
-    function = "ulysses_flash_attn_func"
     group = process_group(group)
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    error = check_common(q, k, v, 4, dropout_p, window_size, alibi_slopes, layout)
+    validate(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+             layout, dist.get_world_size(group), group, "ulysses_flash_attn_func")
+
+    def attend(q_all, k_all, v_all, slopes):
+        return interface.flash_attn_func(q_all, k_all, v_all, 0.0, softmax_scale, causal,
+                                         window_size, softcap, slopes, deterministic, True)[:2]
+
+    out, lse = heads_attention(q, k, v, group, layout, alibi_slopes, attend, return_attn_probs)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def validate(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+             layout, heads_split, group, function, error=None, **more):
+    """Checks this rank's call (heads split `heads_split` ways; `error`: what the caller
+    found already) and agrees on it with every rank of `group`; raises on every rank if
+    any rank's call is wrong."""
+    error = error or check_common(q, k, v, 4, dropout_p, window_size, alibi_slopes, layout)
     if error is None:
         for name, heads in (("q", q.shape[2]), ("k", k.shape[2])):
-            if heads % world:
-                error = invalid_argument(name, f"a head count divisible by the world size "
-                                         f"{world} (Ulysses splits heads across ranks)",
+            if heads % heads_split:
+                error = invalid_argument(name, f"a head count divisible by {heads_split} "
+                                         f"(Ulysses splits heads across {heads_split} ranks)",
                                          str(heads))
     if error is None and layout == "zigzag" and q.shape[1] % 2:
         error = invalid_argument("q", "an even local sequence length with layout='zigzag'",
@@ -37,23 +51,28 @@ def ulysses_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=F
         error = library_error(*(x.reshape(batch * rows, *x.shape[2:]) for x in (q, k, v)),
                               batch, softmax_scale, softcap, alibi_slopes)
     shared = header(q, k, v, causal, window_size, layout, error, softmax_scale, softcap,
-                    batch=batch, local_seqlen=rows)
+                    batch=batch, local_seqlen=rows, **more)
     agree(function, error, shared, [], group, collective_device(group, q))
-    order = _sequence_order(rows, world, layout, q.device)
+
+
+def heads_attention(q, k, v, group, layout, alibi_slopes, attend, with_lse):
+    """all-to-all to this rank's heads of the sequence held by `group`, attend(q, k, v,
+    slopes) -> (out, lse) on them, all-to-all back: (out, lse or None) of this rank's
+    rows. `layout` is how the group's shards make up its sequence ("zigzag": chunks r
+    and 2W-1-r; "contiguous": in rank order)."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    order = _sequence_order(q.shape[1], world, layout, q.device)
     q_all, k_all, v_all = (_to_heads(x, world, group, order) for x in (q, k, v))
     if alibi_slopes is not None:
         heads = q.shape[2] // world
         alibi_slopes = alibi_slopes[..., rank * heads:(rank + 1) * heads].contiguous()
-    result = interface.flash_attn_func(q_all, k_all, v_all, 0.0, softmax_scale, causal,
-                                       window_size, softcap, alibi_slopes, deterministic,
-                                       return_attn_probs)
-    out_all = result[0] if return_attn_probs else result
+    out_all, lse_all = attend(q_all, k_all, v_all, alibi_slopes)
     out = _to_sequence(out_all, world, group, order)
-    if not return_attn_probs:
-        return out
+    if not with_lse:
+        return out, None
     # lse [batch, heads / W, seqlen] is a sequence-major tensor [batch, seqlen, heads / W, 1].
-    lse = _to_sequence(result[1].detach().transpose(1, 2).unsqueeze(-1), world, group, order)
-    return out, lse.squeeze(-1).transpose(1, 2), None
+    lse = _to_sequence(lse_all.detach().transpose(1, 2).unsqueeze(-1), world, group, order)
+    return out, lse.squeeze(-1).transpose(1, 2)
 
 
 def _sequence_order(rows, world, layout, device):
