@@ -3,7 +3,8 @@
 `from flashattn import flash_attn_func` is flash-attn 2.8's function on torch tensors
 (CUDA or CPU) and numpy arrays. flashattn.arrays has the explicit numpy calls (backward
 included), flashattn.hf the Hugging Face Transformers integration, flashattn.torch the
-routing of torch's scaled_dot_product_attention to these kernels.
+routing of torch's scaled_dot_product_attention to these kernels, flashattn.distributed
+attention over a sequence sharded across torch.distributed ranks (ring and Ulysses).
 """
 from . import _C
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError

@@ -1,0 +1,173 @@
+"""flashattn.distributed on the CPU backend: 2 and 4 gloo ranks (processes), each result
+against one flashattn call on the whole sequence and the float64 reference.
+
+The rule (docs/design.md, Testing): the distributed result's error against the reference
+is at most twice the single-process call's error plus the dtype's tolerance, and it
+differs from the single-process result by at most that tolerance. The ranks stay up for
+the module (distributed_harness.RankPool); each case has a deadline, so a hang fails."""
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from conftest import TOLERANCE  # noqa: E402
+from distributed_harness import RankPool  # noqa: E402
+
+CASES = "distributed_cases"
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
+def ranks(request):
+    pool = RankPool(request.param)
+    yield pool
+    pool.close()
+
+
+def _check(errors, dtype="float32"):
+    tolerance = TOLERANCE[dtype]
+    for name, value in errors.items():
+        if name.endswith("_vs_single"):
+            assert value <= tolerance, f"{name}: {value}"
+        else:
+            distributed, single = value
+            assert distributed <= 2 * single + tolerance, f"{name}: {distributed} vs {single}"
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ring_dense(ranks, layout, causal):
+    _check(ranks.run(CASES, "dense", seed=1, layout=layout, causal=causal))
+
+
+@pytest.mark.parametrize("options", [
+    dict(window=(5, 0), causal=True),
+    dict(window=(3, 7)),
+    dict(window=(0, 0)),
+    dict(softcap=2.5, causal=True),
+    dict(alibi="shared", causal=True),
+    dict(alibi="per_batch", window=(6, 2)),
+    dict(alibi="shared", softcap=3.0),
+    dict(heads=4, heads_k=1, causal=True, softmax_scale=0.3),
+], ids=["sliding", "window", "window0", "softcap", "alibi", "alibi_window", "alibi_softcap",
+        "mqa_scale"])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_ring_dense_options(ranks, layout, options):
+    """Windows and ALiBi must see the whole sequence's positions, not the shard's."""
+    _check(ranks.run(CASES, "dense", seed=2, layout=layout, **options))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_ring_low_precision(ranks, dtype):
+    _check(ranks.run(CASES, "dense", seed=3, dtype=dtype, layout="zigzag", causal=True,
+                     heads_k=4, seqlen=64), dtype)
+
+
+def test_ring_deterministic_backward(ranks):
+    first = ranks.run(CASES, "dense", seed=4, causal=True, deterministic=True)
+    second = ranks.run(CASES, "dense", seed=4, causal=True, deterministic=True)
+    assert first == second
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True),
+    dict(causal=False, alibi="per_batch"),
+    dict(causal=True, window=(7, 0), softcap=4.0),
+], ids=["causal", "alibi", "window_softcap"])
+def test_ring_varlen_uneven_shards(ranks, options):
+    """Contiguous shards of different lengths per sequence and rank (some empty)."""
+    _check(ranks.run(CASES, "varlen", seed=5, seqlens=(40, 9, 1, 24), **options))
+
+
+def test_ring_varlen_ranks_without_rows(ranks):
+    _check(ranks.run(CASES, "varlen", seed=9, seqlens=(12, 5), first_rank_only=True,
+                     alibi="per_batch", window=(3, 1)))
+
+
+def test_ring_varlen_zigzag(ranks):
+    world = ranks.world
+    _check(ranks.run(CASES, "varlen", seed=6, layout="zigzag", causal=True, alibi="shared",
+                     seqlens=(4 * world, 10 * world, 2 * world)))
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True, layout="contiguous"),
+    dict(causal=True, layout="zigzag", alibi="per_batch"),
+    dict(window=(4, 3), softcap=2.0, heads_k=4),
+], ids=["causal", "zigzag_alibi", "window_softcap"])
+def test_ulysses(ranks, options):
+    _check(ranks.run(CASES, "dense", variant="ulysses", seed=7, heads=8,
+                     **{"heads_k": ranks.world, **options}))
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=True, layout="zigzag", alibi="per_batch"),
+    dict(layout="contiguous", window=(5, 2), softcap=2.0),
+], ids=["zigzag_alibi", "window_softcap"])
+def test_hybrid_ring_of_ulysses_groups(ranks, options):
+    """2D: Ulysses inside groups of 2 ranks, the ring across the groups (2 ranks: a
+    ring of one group, i.e. Ulysses alone; 4 ranks: a 2 x 2 grid)."""
+    _check(ranks.run(CASES, "dense", variant="hybrid", ulysses_size=2, seed=10, heads=4,
+                     heads_k=2, **options))
+
+
+@pytest.mark.parametrize("problem", ["dropout", "shape", "layout", "odd_zigzag",
+                                     "softcap", "softcap_differs", "ulysses_heads"])
+def test_one_rank_rejected_call_fails_every_rank(ranks, problem):
+    messages = ranks.run(CASES, "rejects", problem=problem)
+    assert all(m is not None for m in messages), messages
+    if problem in ("shape", "softcap_differs"):  # valid on each rank, not the same on all
+        name = "local_seqlen" if problem == "shape" else "softcap"
+        assert all(f"expected the same {name} on every rank" in m for m in messages), messages
+        return
+    if problem == "ulysses_heads":
+        assert all("(Ulysses splits heads across" in m for m in messages), messages
+        return
+    assert "rank 1 of the process group rejected" in messages[0]
+    expected = {"dropout": "dropout_p: expected 0.0", "layout": "layout: expected one of",
+                "odd_zigzag": "q: expected an even local sequence length",
+                "softcap": "softcap: expected a finite value >= 0"}
+    assert expected[problem] in messages[1]
+
+
+def test_torch_context_parallel_runs_flashattn_kernels(ranks):
+    """PyTorch's ring (context_parallel) calling flashattn's SDPA kernels for every step,
+    forward and backward; see distributed_cases.torch_context_parallel for what is
+    registered and why (CPU SDPA itself never reaches these ops)."""
+    pytest.importorskip("torch.distributed.tensor.experimental")
+    result = ranks.run(CASES, "torch_context_parallel", seed=8)
+    assert result.pop("calls") == ["backward", "forward"]
+    for name, error in result.items():
+        assert error <= TOLERANCE["float32"], f"{name}: {error}"
+
+
+def test_needs_an_initialized_process_group():
+    """In this (parent) process no process group exists: a clear error, not a hang."""
+    from flashattn.distributed import ring_flash_attn_func
+    q = torch.randn(1, 8, 2, 8)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ring_flash_attn_func(q, q, q)
+
+
+def test_context_parallel_benchmark_smoke(tmp_path):
+    """bench/context_parallel.py runs end to end on gloo (2 ranks, tiny sizes), so the
+    script the two-GPU run needs does not rot between GPU sessions."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "bench", "context_parallel.py")
+    if not os.path.exists(script):
+        pytest.skip("bench/ is not part of this checkout")
+    rows = tmp_path / "rows.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, script, "--smoke", "--nproc", "1,2", "--seqlens", "64",
+                    "--variants", "ring-zigzag,ulysses", "--json", str(rows)],
+                   check=True, timeout=180, env=env, capture_output=True)
+    measured = json.loads(rows.read_text())
+    assert {(r["world"], r["variant"], r["mode"]) for r in measured} == {
+        (1, "single", "fwd"), (1, "single", "fwd+bwd"), (2, "ring-zigzag", "fwd"),
+        (2, "ring-zigzag", "fwd+bwd"), (2, "ulysses", "fwd"), (2, "ulysses", "fwd+bwd")}
+    assert all(r["tokens_per_s"] > 0 for r in measured)
