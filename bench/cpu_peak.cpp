@@ -140,26 +140,38 @@ float scalar_loop(long iterations) {
   return sum;
 }
 
-// Flops of one iteration (all chains) and the loop itself.
-double run_loop(PeakIsa isa, long iterations, float* sink) {
+// Flops of one iteration (all chains) of the fp32 loop of `isa`, and the loop itself.
+double fp32_flops_per_iteration(PeakIsa isa) {
+  switch (isa) {
+    case PeakIsa::kAvx512: return 2.0 * 16 * kChains;
+    case PeakIsa::kAvx2: return 2.0 * 8 * kChains;
+    case PeakIsa::kSse2: return 2.0 * 4 * kChains;
+    case PeakIsa::kScalar: break;
+  }
+  return 2.0 * kChains;
+}
+
+float run_fp32_loop(PeakIsa isa, long iterations) {
   switch (isa) {
 #if defined(__x86_64__)
-    case PeakIsa::kAvx512: *sink += fma_loop_avx512(iterations); return 2.0 * 16 * kChains;
-    case PeakIsa::kAvx2: *sink += fma_loop_avx2(iterations); return 2.0 * 8 * kChains;
-    case PeakIsa::kSse2: *sink += mul_add_loop_sse2(iterations); return 2.0 * 4 * kChains;
+    case PeakIsa::kAvx512: return fma_loop_avx512(iterations);
+    case PeakIsa::kAvx2: return fma_loop_avx2(iterations);
+    case PeakIsa::kSse2: return mul_add_loop_sse2(iterations);
 #endif
-    default: *sink += scalar_loop(iterations); return 2.0 * kChains;
+    default: return scalar_loop(iterations);
   }
 }
 
-// Rounds as in measure_cpu_peak_fp32_gflops: the first sizes the later ones, the best
-// later round counts. `loop` runs `iterations` steps of `flops_per_iteration` flops.
+// Rounds of at least kRoundSeconds: the first lets every core reach its sustained
+// (vector-license) clock and sizes the later ones; the best later round counts, so a
+// neighbour's burst on a shared machine lowers the figure less. `loop` runs `iterations`
+// steps of `flops_per_iteration` flops on each of `threads` threads.
 template <typename Loop>
-double best_rate(int threads, double flops_per_iteration, Loop loop) {
+double best_rate(int threads, double flops_per_iteration, long first_iterations, Loop loop) {
   volatile float keep = 0.f;
   constexpr double kRoundSeconds = 0.2;
   constexpr int kRounds = 5;
-  long iterations = 100'000;
+  long iterations = first_iterations;
   double best = 0.0;
   for (int round = 0; round < kRounds; ++round) {
     const auto start = std::chrono::steady_clock::now();
@@ -197,8 +209,10 @@ double measure_cpu_peak_bf16_gflops(int threads) {
   threads = std::max(1, threads);
 #if defined(__x86_64__)
   const std::string isa = cpu_peak_bf16_isa();
-  if (isa == "amx") return best_rate(threads, 4 * 16384.0, dot_loop_amx);
-  if (isa == "avx512bf16") return best_rate(threads, 64.0 * kChains, dot_loop_avx512_bf16);
+  if (isa == "amx") return best_rate(threads, 4 * 16384.0, 100'000, dot_loop_amx);
+  if (isa == "avx512bf16") {
+    return best_rate(threads, 64.0 * kChains, 100'000, dot_loop_avx512_bf16);
+  }
 #endif
   return 0.0;
 }
@@ -215,36 +229,6 @@ const char* cpu_peak_isa() {
 
 double measure_cpu_peak_fp32_gflops(int threads) {
   const PeakIsa isa = peak_isa();
-  threads = std::max(1, threads);
-  volatile float keep = 0.f;
-  // Rounds of at least kRoundSeconds: the first lets every core reach its sustained
-  // (vector-license) clock and sizes the later ones; the best later round counts, so a
-  // neighbour's burst on a shared machine lowers the figure less.
-  constexpr double kRoundSeconds = 0.2;
-  constexpr int kRounds = 5;
-  long iterations = 1'000'000;
-  double best = 0.0;
-  for (int round = 0; round < kRounds; ++round) {
-    double flops_per_iteration = 0.0;
-    const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
-    {
-      float sink = 0.f;
-      const double flops = run_loop(isa, iterations, &sink);
-#pragma omp critical
-      {
-        keep = keep + sink;
-        flops_per_iteration = flops;
-      }
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double gflops = flops_per_iteration * iterations * threads / seconds / 1e9;
-    if (round == 0) {
-      iterations = std::max(iterations, static_cast<long>(iterations * kRoundSeconds / seconds));
-    } else {
-      best = std::max(best, gflops);
-    }
-  }
-  return best;
+  return best_rate(std::max(1, threads), fp32_flops_per_iteration(isa), 1'000'000,
+                   [isa](long iterations) { return run_fp32_loop(isa, iterations); });
 }
