@@ -285,6 +285,52 @@ std::string compare_output(const char* name, const std::vector<double>& got,
   return text.str();
 }
 
+// The largest finite Euclidean norm among the rows (last dimension) of a view.
+double largest_row_norm(const Tensor& t) {
+  if (!t.present() || t.data == nullptr || t.rank < 1) return 0;
+  const std::vector<double> values = values_of(t);
+  const int64_t width = t.shape[t.rank - 1];
+  double largest = 0;
+  for (size_t row = 0; width > 0 && row + width <= values.size(); row += width) {
+    double sum = 0;
+    for (int64_t i = 0; i < width; ++i) sum += values[row + i] * values[row + i];
+    if (std::isfinite(sum)) largest = std::max(largest, std::sqrt(sum));
+  }
+  return largest;
+}
+
+// A bound on |score| before the mask: scale * |q| * |k| (Cauchy-Schwarz), at most the
+// softcap where one is set, plus the largest ALiBi bias the sequence lengths allow.
+double score_bound(const Instance& in) {
+  const flashattn::AttentionOptions& o = in.entry == Entry::kForward    ? in.forward.options
+                                         : in.entry == Entry::kBackward ? in.backward.options
+                                                                        : in.kvcache.options;
+  const Tensor& q = *in.slot(kQ);
+  if (!q.present() || q.rank < 1) return 0;
+  const int64_t head_dim = q.shape[q.rank - 1];
+  const double scale = o.softmax_scale && std::isfinite(*o.softmax_scale)
+                           ? std::fabs(*o.softmax_scale)
+                           : 1 / std::sqrt(static_cast<double>(std::max<int64_t>(head_dim, 1)));
+  double keys = largest_row_norm(*in.slot(kK));
+  if (in.entry == Entry::kKVCache) keys = std::max(keys, largest_row_norm(*in.slot(kKNew)));
+  double bound = scale * largest_row_norm(q) * keys;
+  if (o.softcap > 0) bound = std::min(bound, static_cast<double>(o.softcap));
+  const Tensor& alibi = *in.slot(kAlibi);
+  if (alibi.present() && alibi.data != nullptr) {
+    double slope = 0;
+    for (double x : values_of(alibi)) {
+      if (std::isfinite(x)) slope = std::max(slope, std::fabs(x));
+    }
+    int64_t span = 0;
+    for (Slot s : {kQ, kK, kKNew}) {
+      const Tensor& t = *in.slot(s);
+      for (int d = 0; t.present() && d + 1 < t.rank; ++d) span = std::max(span, t.shape[d]);
+    }
+    bound += slope * static_cast<double>(span);
+  }
+  return std::isfinite(bound) ? bound : 0;
+}
+
 // An output view whose elements share memory (a zero or too small stride): which write
 // lands last is not part of the contract, so only memory safety is checked there.
 bool overlaps_itself(const Tensor& t) {
@@ -334,7 +380,9 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
       call_reference(&lowp, flashattn::cpu::ReferencePrecision::kLowPrecisionNaive);
   if (!lowp_status.ok()) return "the low-precision reference failed: " + lowp_status.message();
   // The logits' size: the largest finite |lse| of the exact reference when the call has
-  // an lse, else a generous bound for the options the generator picks.
+  // an lse, else a generous bound for the options the generator picks; and never below
+  // the scores' own bound, since a row whose lse is small can still hold large scores of
+  // both signs (the gradients' rounding follows the scores, not their logsumexp).
   double logits = 1;
   const Tensor& lse = *exact.slot(kLse);
   if (lse.present() && lse.data != nullptr) {
@@ -344,6 +392,7 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
   } else {
     logits = 64;
   }
+  logits = std::max(logits, score_bound(exact));
   for (int s = 0; s < kSlotCount; ++s) {
     if (!tested.buffers[s].output) continue;
     const Slot slot = static_cast<Slot>(s);
