@@ -33,7 +33,8 @@ typedef enum fa_status {
   FA_INTERNAL = 4
 } fa_status;
 
-typedef enum fa_dtype { FA_F32 = 0, FA_F16 = 1, FA_BF16 = 2, FA_I32 = 3 } fa_dtype;
+/* FA_F8E4M3: FP8 e4m3 (no infinities, largest finite 448) for q, k, v and KV caches. */
+typedef enum fa_dtype { FA_F32 = 0, FA_F16 = 1, FA_BF16 = 2, FA_I32 = 3, FA_F8E4M3 = 4 } fa_dtype;
 typedef enum fa_device_type { FA_CPU = 0, FA_CUDA = 1 } fa_device_type;
 typedef enum fa_backend {
   FA_BACKEND_AUTO = 0,      /* CUDA for device tensors, the CPU otherwise */
@@ -82,11 +83,19 @@ typedef struct fa_launch {
   size_t workspace_bytes;
 } fa_launch;
 
+/* FP8 dequantization factors: an e4m3 operand x of batch entry b and KV head g is read as
+ * x * descale[b, g]; each fp32 [batch, nheads_k] or [1], optional (absent: 1), given only
+ * for e4m3 operands. New rows appended to an e4m3 cache are stored as x / descale[b, g]. */
+typedef struct fa_descales {
+  fa_tensor q, k, v;
+} fa_descales;
+
 typedef struct fa_forward_args {
-  fa_tensor q, k, v, out;
-  fa_tensor lse; /* optional */
+  fa_tensor q, k, v, out; /* q, k, v all e4m3: out bf16 or fp16 */
+  fa_tensor lse;          /* optional */
   fa_varlen varlen;
   fa_options options;
+  fa_descales descale; /* e4m3 q, k, v only */
 } fa_forward_args;
 
 typedef struct fa_backward_args {
@@ -99,7 +108,7 @@ typedef struct fa_backward_args {
 
 typedef struct fa_kvcache_args {
   fa_tensor q;
-  fa_tensor k_cache, v_cache;
+  fa_tensor k_cache, v_cache; /* q's dtype, or both FA_F8E4M3 */
   fa_tensor cache_seqlens;
   fa_tensor k_new, v_new;
   fa_tensor block_table;
@@ -111,6 +120,7 @@ typedef struct fa_kvcache_args {
   fa_tensor out;
   fa_tensor lse; /* optional */
   fa_options options;
+  fa_descales descale; /* k and v of an e4m3 cache (q stays fp32, fp16 or bf16) */
 } fa_kvcache_args;
 
 /* Defaults: every tensor absent, windows -1, softmax_scale NaN (1/sqrt(head_dim)),

@@ -11,6 +11,7 @@
 //   varlen: q [total_q, h, d] k/v [total_k, hk, d]  out [total_q, h, dv]
 //           lse fp32 [h, total_q], with cu_seqlens_q / cu_seqlens_k int32 [b + 1]
 // Every dimension may have any stride except the last, which must be contiguous.
+// FP8: q, k, v (or only a KV cache) in e4m3 are read as x * descale (Descales below).
 #pragma once
 
 #include <cstddef>
@@ -55,7 +56,9 @@ FLASHATTN_API const char* version();  // "MAJOR.MINOR.PATCH"
 
 // ---------------------------------------------------------------- tensors -----------
 
-enum class DType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3 };
+// kF8E4M3: FP8 e4m3 ("fn": no infinities, NaN = 0x7F/0xFF, largest finite 448), for q, k, v
+// of an inference forward and for KV caches (docs/contract.md, "FP8").
+enum class DType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kF8E4M3 = 4 };
 enum class DeviceType : int32_t { kCPU = 0, kCUDA = 1 };
 
 struct Device {
@@ -140,14 +143,25 @@ struct Launch {
   void* allocator_context = nullptr;
 };
 
+// FP8 dequantization factors (FlashAttention-3's q_descale, k_descale, v_descale): an e4m3
+// operand x of batch entry b and KV head g is read as x * descale[b, g] (a query head uses
+// the factor of its KV head). Each is fp32 [batch, nheads_k] (any strides; an expanded
+// view with stride 0 shares one factor) or [1] (one factor for the whole tensor), on the
+// tensors' device; absent: 1. Given only for e4m3 operands. With an e4m3 KV cache, the
+// appended k_new/v_new rows are stored as round(x / descale[b, g]).
+struct Descales {
+  Tensor q, k, v;
+};
+
 // ---------------------------------------------------------------- entry points ------
 
 struct ForwardArgs {
-  Tensor q, k, v;
+  Tensor q, k, v;  // fp32, fp16, bf16; or all three e4m3 (then out is bf16 or fp16)
   Tensor out;
   Tensor lse;  // optional
   VarlenLayout varlen;
   AttentionOptions options;
+  Descales descale;  // e4m3 q, k, v only
 };
 
 struct BackwardArgs {
@@ -161,7 +175,9 @@ struct BackwardArgs {
 // Decoding with a KV cache (FlashAttention-2's flash_attn_with_kvcache).
 struct KVCacheArgs {
   Tensor q;                 // [b, sq, h, d]
-  Tensor k_cache, v_cache;  // [b_cache, s_cache, hk, d], or paged [pages, page_size, hk, d]
+  // [b_cache, s_cache, hk, d], or paged [pages, page_size, hk, d]; q's dtype, or both e4m3
+  // (an FP8 cache, read through descale.k / descale.v).
+  Tensor k_cache, v_cache;
   Tensor cache_seqlens;     // int32 [b]: keys already in the cache
   Tensor k_new, v_new;      // optional [b, s_new, hk, d]: appended in place at cache_seqlens
   Tensor block_table;       // optional int32 [b, max_pages]: makes the cache paged
@@ -173,6 +189,7 @@ struct KVCacheArgs {
   Tensor out;               // [b, sq, h, dv]
   Tensor lse;               // optional fp32 [b, h, sq]
   AttentionOptions options;  // dropout must be 0
+  Descales descale;          // k and v, for an e4m3 cache (q stays fp32, fp16 or bf16)
 };
 
 FLASHATTN_API Status forward(const ForwardArgs& args, const Launch& launch = {});

@@ -36,6 +36,12 @@ void bind_options(nb::module_& m) {
 }
 
 void bind_entry_args(nb::module_& m) {
+  nb::class_<Descales>(m, "Descales")
+      .def(nb::init<>())
+      .def_rw("q", &Descales::q)
+      .def_rw("k", &Descales::k)
+      .def_rw("v", &Descales::v);
+
   nb::class_<ForwardArgs>(m, "ForwardArgs")
       .def(nb::init<>())
       .def_rw("q", &ForwardArgs::q)
@@ -44,7 +50,8 @@ void bind_entry_args(nb::module_& m) {
       .def_rw("out", &ForwardArgs::out)
       .def_rw("lse", &ForwardArgs::lse)
       .def_rw("varlen", &ForwardArgs::varlen)
-      .def_rw("options", &ForwardArgs::options);
+      .def_rw("options", &ForwardArgs::options)
+      .def_rw("descale", &ForwardArgs::descale);
 
   nb::class_<BackwardArgs>(m, "BackwardArgs")
       .def(nb::init<>())
@@ -78,7 +85,8 @@ void bind_entry_args(nb::module_& m) {
       .def_rw("num_splits", &KVCacheArgs::num_splits)
       .def_rw("out", &KVCacheArgs::out)
       .def_rw("lse", &KVCacheArgs::lse)
-      .def_rw("options", &KVCacheArgs::options);
+      .def_rw("options", &KVCacheArgs::options)
+      .def_rw("descale", &KVCacheArgs::descale);
 }
 
 // Pointers cross as integers (torch's data_ptr() / cuda_stream, numpy's ctypes.data).

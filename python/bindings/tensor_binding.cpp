@@ -77,7 +77,8 @@ void bind_tensor(nb::module_& m) {
       .value("F32", DType::kF32)
       .value("F16", DType::kF16)
       .value("BF16", DType::kBF16)
-      .value("I32", DType::kI32);
+      .value("I32", DType::kI32)
+      .value("F8E4M3", DType::kF8E4M3);
   nb::enum_<DeviceType>(m, "DeviceType")
       .value("CPU", DeviceType::kCPU)
       .value("CUDA", DeviceType::kCUDA);

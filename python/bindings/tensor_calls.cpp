@@ -83,6 +83,15 @@ VarlenLayout read_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::h
 
 int64_t head_dim(const Tensor& q) { return q.rank > 0 ? q.shape[q.rank - 1] : 0; }
 
+// FP8 descale factors; each may be None (absent).
+Descales read_descales(nb::handle q_descale, nb::handle k_descale, nb::handle v_descale) {
+  Descales d;
+  d.q = read_tensor(q_descale, "q_descale");
+  d.k = read_tensor(k_descale, "k_descale");
+  d.v = read_tensor(v_descale, "v_descale");
+  return d;
+}
+
 // One call's launch: the caller's stream, and the workspace the library asks for, kept
 // until the call has been queued (the framework's allocator orders its reuse after it).
 class TensorLaunch {
@@ -129,7 +138,8 @@ class TensorLaunch {
 void forward_tensors(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
                      nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle seqused_k,
                      nb::handle max_seqlen_q, nb::handle max_seqlen_k, nb::handle options,
-                     uintptr_t stream) {
+                     uintptr_t stream, nb::handle q_descale, nb::handle k_descale,
+                     nb::handle v_descale) {
   ForwardArgs args;
   args.q = read_tensor(q, "q");
   args.k = read_tensor(k, "k");
@@ -140,6 +150,7 @@ void forward_tensors(nb::handle q, nb::handle k, nb::handle v, nb::handle out, n
     args.varlen = read_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k);
   }
   args.options = read_options(options, head_dim(args.q));
+  args.descale = read_descales(q_descale, k_descale, v_descale);
   TensorLaunch(q, stream).run(&forward, args);
 }
 
@@ -172,7 +183,8 @@ void forward_kvcache_tensors(nb::handle q, nb::handle k_cache, nb::handle v_cach
                              nb::handle cache_batch_idx, nb::handle cache_leftpad,
                              nb::handle block_table, bool rotary_interleaved,
                              nb::handle num_splits, nb::handle out, nb::handle lse,
-                             nb::handle options, uintptr_t stream) {
+                             nb::handle options, uintptr_t stream, nb::handle q_descale,
+                             nb::handle k_descale, nb::handle v_descale) {
   KVCacheArgs args;
   args.q = read_tensor(q, "q");
   args.k_cache = read_tensor(k_cache, "k_cache");
@@ -190,6 +202,7 @@ void forward_kvcache_tensors(nb::handle q, nb::handle k_cache, nb::handle v_cach
   args.out = read_tensor(out, "out");
   args.lse = read_tensor(lse, "lse");
   args.options = read_options(options, head_dim(args.q));
+  args.descale = read_descales(q_descale, k_descale, v_descale);
   TensorLaunch(q, stream).run(&forward_kvcache, args);
 }
 
@@ -201,8 +214,10 @@ void bind_tensor_calls(nb::module_& m) {
         nb::arg("out"), nb::arg("lse").none(), nb::arg("cu_seqlens_q").none(),
         nb::arg("cu_seqlens_k").none(), nb::arg("seqused_k").none(), nb::arg("max_seqlen_q"),
         nb::arg("max_seqlen_k"), nb::arg("options"), nb::arg("stream"),
+        nb::arg("q_descale").none() = nb::none(), nb::arg("k_descale").none() = nb::none(),
+        nb::arg("v_descale").none() = nb::none(),
         "forward on registered framework tensors; options as flashattn._calls.Options, "
-        "stream the CUDA stream (0 on the CPU).");
+        "stream the CUDA stream (0 on the CPU), descales for e4m3 q, k, v.");
   m.def("backward_tensors", &backward_tensors, nb::arg("dout"), nb::arg("q"), nb::arg("k"),
         nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dq"), nb::arg("dk"),
         nb::arg("dv"), nb::arg("cu_seqlens_q").none(), nb::arg("cu_seqlens_k").none(),
@@ -215,8 +230,10 @@ void bind_tensor_calls(nb::module_& m) {
         nb::arg("cache_batch_idx").none(), nb::arg("cache_leftpad").none(),
         nb::arg("block_table").none(), nb::arg("rotary_interleaved"), nb::arg("num_splits"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("options"), nb::arg("stream"),
+        nb::arg("q_descale").none() = nb::none(), nb::arg("k_descale").none() = nb::none(),
+        nb::arg("v_descale").none() = nb::none(),
         "forward_kvcache on registered framework tensors; k and v are appended to the "
-        "caches in place.");
+        "caches in place (quantized by k_descale / v_descale into e4m3 caches).");
 }
 
 }  // namespace flashattn::python

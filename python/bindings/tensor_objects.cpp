@@ -66,7 +66,8 @@ DType dtype_of(const Framework& f, nb::handle object, const char* name) {
   for (const auto& [known, ours] : f.dtypes) {
     if (known.is(dtype)) return ours;
   }
-  raise_invalid_argument(name, "dtype float32, float16, bfloat16 (or int32 for indices)",
+  raise_invalid_argument(name,
+                         "dtype float32, float16, bfloat16, float8_e4m3fn (or int32 for indices)",
                          short_name(dtype));
 }
 

@@ -96,6 +96,22 @@ class Varlen(NamedTuple):
         return layout
 
 
+class Descales(NamedTuple):
+    """FP8 dequantization factors (FlashAttention-3's q_descale, k_descale, v_descale):
+    fp32 [batch, nheads_k] or [1], each optional."""
+
+    q: object = None
+    k: object = None
+    v: object = None
+
+    def to_c(self, adapter):
+        descale = _C.Descales()
+        descale.q = adapter.describe(self.q, "q_descale")
+        descale.k = adapter.describe(self.k, "k_descale")
+        descale.v = adapter.describe(self.v, "v_descale")
+        return descale
+
+
 def expect_rank(array, name, rank, layout):
     if array is None:
         raise invalid_argument(name, f"an array {layout}", "None")
@@ -130,11 +146,11 @@ def _validate_only(entry_args, adapter, like):
     _C.workspace_size(entry_args, _C.Backend.CUDA if adapter.is_cuda(like) else _C.Backend.CPU)
 
 
-def _stand_in(adapter, like, shape, name, float32=False):
+def _stand_in(adapter, like, shape, name, float32=False, bf16=False):
     """A description of an output that was not allocated: `like`'s memory, read by nothing
     (only validation sees it), with the output's dtype, shape and contiguous strides."""
     described = adapter.describe(like, name)
-    dtype = _C.DType.F32 if float32 else described.dtype
+    dtype = _C.DType.F32 if float32 else _C.DType.BF16 if bf16 else described.dtype
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
@@ -157,8 +173,9 @@ def _run(entry, args, adapter, like):
     del workspace  # torch's allocator orders its reuse after the work queued on the stream
 
 
-def forward(adapter, q, k, v, options, varlen=None, out=None):
-    """Returns (out, lse); `out`, when given, is the output to write (any strides)."""
+def forward(adapter, q, k, v, options, varlen=None, out=None, descale=None):
+    """Returns (out, lse); `out`, when given, is the output to write (any strides). e4m3
+    inputs (with `descale`, a Descales) give a bf16 out."""
     expect_attention_ranks(q, k, v, varlen)
     args = _C.ForwardArgs()
     args.q = adapter.describe(q, "q")
@@ -167,14 +184,17 @@ def forward(adapter, q, k, v, options, varlen=None, out=None):
     if varlen is not None:
         args.varlen = varlen.to_c(adapter)
     args.options = options.to_c(adapter, q.shape[-1])
+    if descale is not None:
+        args.descale = descale.to_c(adapter)
     out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    new_out = adapter.empty_bf16 if adapter.is_e4m3(q) else adapter.empty
 
     def explain():
-        args.out = _stand_in(adapter, q, out_shape, "out")
+        args.out = _stand_in(adapter, q, out_shape, "out", bf16=adapter.is_e4m3(q))
         args.lse = _stand_in(adapter, q, lse_shape(q, varlen), "lse", float32=True)
         _validate_only(args, adapter, q)
 
-    out, lse = _allocate(lambda: (adapter.empty(q, out_shape) if out is None else out,
+    out, lse = _allocate(lambda: (new_out(q, out_shape) if out is None else out,
                                   adapter.empty(q, lse_shape(q, varlen), float32=True)),
                          explain)
     args.out = adapter.describe(out, "out")
@@ -227,6 +247,7 @@ class KVCache(NamedTuple):
     block_table: object = None
     rotary_interleaved: bool = True
     num_splits: int = 0
+    descale: object = None  # Descales of an e4m3 cache
 
 
 def forward_kvcache(adapter, q, cache, options):
@@ -247,6 +268,8 @@ def forward_kvcache(adapter, q, cache, options):
     args.rotary_interleaved = bool(cache.rotary_interleaved)
     args.num_splits = int32(cache.num_splits, "num_splits")
     args.options = options.to_c(adapter, q.shape[-1])
+    if cache.descale is not None:
+        args.descale = cache.descale.to_c(adapter)
     out_shape = tuple(q.shape[:-1]) + (cache.v_cache.shape[-1],)
 
     def explain():

@@ -1,7 +1,7 @@
 """numpy arrays as flashattn tensors: descriptions for the binding, host allocation.
 
-numpy has no bfloat16; arrays of ml_dtypes.bfloat16 (what JAX and others use) are accepted
-by dtype name, without importing ml_dtypes here.
+numpy has no bfloat16 nor FP8; arrays of ml_dtypes.bfloat16 and ml_dtypes.float8_e4m3fn
+(what JAX and others use) are accepted by dtype name, without importing ml_dtypes here.
 """
 import numpy as np
 
@@ -15,12 +15,15 @@ _DTYPES = {
 }
 
 
+_BY_NAME = {"bfloat16": _C.DType.BF16, "float8_e4m3fn": _C.DType.F8E4M3}
+
+
 def _dtype_of(array):
     if not array.dtype.isnative:
         return None
     dtype = _DTYPES.get(array.dtype)
-    if dtype is None and array.dtype.name == "bfloat16":
-        dtype = _C.DType.BF16
+    if dtype is None:
+        dtype = _BY_NAME.get(array.dtype.name)
     return dtype
 
 
@@ -50,8 +53,9 @@ class NumpyArrays:
             if not array.dtype.isnative:
                 raise invalid_argument(name, "an array in the machine's byte order",
                                        f"byte-swapped {array.dtype.name} ({array.dtype.str})")
-            raise invalid_argument(name, "dtype float32, float16, bfloat16 (or int32 for indices)",
-                                   array.dtype.name)
+            raise invalid_argument(
+                name, "dtype float32, float16, bfloat16, float8_e4m3fn (or int32 for indices)",
+                array.dtype.name)
         if not _is_describable(array):
             raise invalid_argument(name, "non-negative strides in whole elements",
                                    f"strides {array.strides} (bytes)")
@@ -67,6 +71,16 @@ class NumpyArrays:
     @staticmethod
     def empty(like, shape, float32=False):
         return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
+
+    @staticmethod
+    def empty_bf16(like, shape):
+        """The output of an e4m3 call (ml_dtypes is there: the input's dtype came from it)."""
+        import ml_dtypes
+        return np.empty(shape, dtype=ml_dtypes.bfloat16)
+
+    @staticmethod
+    def is_e4m3(array):
+        return array is not None and array.dtype.name == "float8_e4m3fn"
 
     @staticmethod
     def launch(like, workspace_bytes):

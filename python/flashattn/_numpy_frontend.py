@@ -15,12 +15,13 @@ def _draw_seed_offset():
     return seed, offset
 
 
-def attention(q, k, v, varlen, options, deterministic, with_lse=True):
+def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=None):
     """(out, lse, rng) where rng is the (seed, offset) dropout used (lse is always
-    computed: the CPU backend's cost does not change without it)."""
+    computed: the CPU backend's cost does not change without it). e4m3 inputs (ml_dtypes'
+    float8_e4m3fn, with `descale`, a _calls.Descales) give a bf16 out."""
     rng = _draw_seed_offset() if options.dropout_p > 0 else (0, 0)
     options = options._replace(dropout_seed=rng[0], dropout_offset=rng[1])
-    out, lse = _calls.forward(NumpyArrays, q, k, v, options, varlen)
+    out, lse = _calls.forward(NumpyArrays, q, k, v, options, varlen, descale=descale)
     return out, lse, rng
 
 

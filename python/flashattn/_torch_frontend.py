@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from ._attn_probs import attention_probs
+from ._calls import Descales
 from . import _torch_eager
 from . import _torch_ops
 from ._torch_ops import forward, forward_kvcache
@@ -21,13 +22,26 @@ def _scale(q, options):
     return q.shape[-1] ** -0.5 if q.shape[-1] > 0 else 1.0
 
 
-def attention(q, k, v, varlen, options, deterministic, with_lse=True):
-    """(out, lse, rng_state); without with_lse, an inference call may skip lse (None)."""
+_FLOAT8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def _descale(tensor):
+    """A 0-dim descale is one factor for the tensor: the library takes it as [1]."""
+    return tensor.reshape(1) if tensor is not None and tensor.dim() == 0 else tensor
+
+
+def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=None):
+    """(out, lse, rng_state); without with_lse, an inference call may skip lse (None).
+    e4m3 q (with `descale`, a _calls.Descales) runs the FP8 forward: bf16 out, no
+    autograd, rng_state None."""
     cu_q = cu_k = used_k = None
     max_q = max_k = 0
     if varlen is not None:
         cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
         max_q, max_k = varlen.max_seqlen_q, varlen.max_seqlen_k
+    if (q.dtype == _FLOAT8 and _FLOAT8 is not None) or descale is not None:
+        return _fp8_attention(q, k, v, (cu_q, cu_k, used_k, max_q, max_k), options,
+                              descale if descale is not None else Descales(), with_lse)
     if _torch_eager.applies(q, k, v):
         # Eager calls take the options as they are, without the op's scalars.
         if _torch_eager.needs_grad(q, k, v):
@@ -42,17 +56,35 @@ def attention(q, k, v, varlen, options, deterministic, with_lse=True):
                    bool(deterministic))
 
 
+def _fp8_attention(q, k, v, varlen, options, descale, with_lse):
+    descale = Descales(*(_descale(t) for t in descale))
+    cu_q, cu_k, used_k, max_q, max_k = varlen
+    if _torch_eager.applies(q, k, v):
+        out, lse = _torch_ops.forward_fp8_with_options(q, k, v, cu_q, cu_k, used_k, max_q,
+                                                       max_k, options, descale, with_lse)
+        return out, lse, None
+    left, right = options.window_size
+    out, lse = _torch_ops.forward_fp8(q, k, v, cu_q, cu_k, used_k, int(max_q), int(max_k),
+                                      float(_scale(q, options)), bool(options.causal),
+                                      int(left), int(right), float(options.softcap),
+                                      options.alibi_slopes, *descale)
+    return out, lse, None
+
+
 def kvcache(q, cache, options, with_lse=True):
     """(out, lse); without with_lse, an eager call skips lse (None)."""
+    if cache.descale is not None:
+        cache = cache._replace(descale=Descales(*(_descale(t) for t in cache.descale)))
     if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k):
         return _torch_eager.kvcache(q, cache, options, with_lse)
     left, right = options.window_size
+    descale = cache.descale if cache.descale is not None else Descales()
     return forward_kvcache(q, cache.k_cache, cache.v_cache, cache.k, cache.v, cache.rotary_cos,
                            cache.rotary_sin, cache.cache_seqlens, cache.cache_batch_idx,
                            cache.cache_leftpad, cache.block_table, float(_scale(q, options)),
                            bool(options.causal), int(left), int(right), float(options.softcap),
                            bool(cache.rotary_interleaved), options.alibi_slopes,
-                           int(cache.num_splits))
+                           int(cache.num_splits), descale.k, descale.v)
 
 
 def _host_f32(tensor):

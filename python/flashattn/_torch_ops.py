@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from . import _C, _torch_rng
-from ._calls import (CACHE_LAYOUT, KVCache, Options, Q_LAYOUT, expect_attention_ranks,
-                     expect_rank, lse_shape)
+from ._calls import (CACHE_LAYOUT, Descales, KVCache, Options, Q_LAYOUT,
+                     expect_attention_ranks, expect_rank, lse_shape)
 from ._torch_tensors import TorchTensors, stream_of
 
 
@@ -59,6 +59,39 @@ def forward_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seq
     _C.forward_tensors(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                        max_seqlen_k, options, stream_of(q))
     return out, lse, rng_state
+
+
+def forward_fp8_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                             max_seqlen_k, options, descale, with_lse=True):
+    """The FP8 forward (e4m3 q, k, v; inference only, no autograd): (out bf16, lse), the
+    descales a _calls.Descales."""
+    expect_attention_ranks(q, k, v, cu_seqlens_q)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=torch.bfloat16)
+    lse = (q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+           if with_lse else None)
+    _C.forward_tensors(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                       max_seqlen_k, options, stream_of(q), *descale)
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::forward_fp8", mutates_args=())
+def forward_fp8(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+                cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
+                max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
+                window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+                q_descale: Optional[Tensor], k_descale: Optional[Tensor],
+                v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of e4m3 q, k, v: out is bf16; no autograd (FP8 is for inference)."""
+    options = Options(softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes)
+    return forward_fp8_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                                    max_seqlen_k, options,
+                                    Descales(q_descale, k_descale, v_descale))
+
+
+@forward_fp8.register_fake
+def _forward_fp8_fake(q, k, v, cu_seqlens_q, *args):
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=torch.bfloat16)
+    return out, q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
 
 
 def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
@@ -162,10 +195,13 @@ forward.register_autograd(
 def run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                         window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
-                        num_splits):
+                        num_splits, k_descale=None, v_descale=None):
     """The computation behind the forward_kvcache op: (out, lse)."""
+    descale = None if k_descale is None and v_descale is None else Descales(None, k_descale,
+                                                                           v_descale)
     cache = KVCache(k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
-                    cache_batch_idx, cache_leftpad, block_table, rotary_interleaved, num_splits)
+                    cache_batch_idx, cache_leftpad, block_table, rotary_interleaved, num_splits,
+                    descale)
     options = Options(softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes)
     return forward_kvcache_with_options(q, cache, options)
 
@@ -182,7 +218,8 @@ def forward_kvcache_with_options(q, cache, options, with_lse=True):
                                cache.v, cache.rotary_cos, cache.rotary_sin,
                                cache.cache_batch_idx, cache.cache_leftpad, cache.block_table,
                                bool(cache.rotary_interleaved), cache.num_splits, out, lse,
-                               options, stream_of(q))
+                               options, stream_of(q),
+                               *(cache.descale if cache.descale is not None else Descales()))
     return out, lse
 
 
@@ -193,13 +230,15 @@ def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Ten
                     cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
                     block_table: Optional[Tensor], softmax_scale: float, causal: bool,
                     window_left: int, window_right: int, softcap: float,
-                    rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int
+                    rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int,
+                    k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None
                     ) -> Tuple[Tensor, Tensor]:
-    """(out, lse); k and v, when given, are written into the caches first."""
+    """(out, lse); k and v, when given, are written into the caches first (quantized by
+    k_descale / v_descale into e4m3 caches)."""
     return run_forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                                causal, window_left, window_right, softcap, rotary_interleaved,
-                               alibi_slopes, num_splits)
+                               alibi_slopes, num_splits, k_descale, v_descale)
 
 
 @forward_kvcache.register_fake

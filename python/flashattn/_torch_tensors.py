@@ -13,6 +13,8 @@ _DTYPES = {
     torch.bfloat16: _C.DType.BF16,
     torch.int32: _C.DType.I32,
 }
+if hasattr(torch, "float8_e4m3fn"):
+    _DTYPES[torch.float8_e4m3fn] = _C.DType.F8E4M3
 
 
 def _workspace_bytes(like, nbytes):

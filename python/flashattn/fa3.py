@@ -8,8 +8,9 @@ function return out, or (out, softmax_lse) with return_attn_probs=True;
 flash_attn_with_kvcache returns out, or with return_softmax_lse (out, softmax_lse,
 out_accum, softmax_lse_accum), the last two the split-KV partials, which flashattn keeps
 in its workspace and returns empty. Speed hints (pack_gqa, sm_margin, scheduler_metadata;
-num_splits outside the KV cache) are accepted and have no effect on the result. FP8
-(q/k/v_descale), qv, attention_chunk, seqused_q and varlen queries in the KV cache
+num_splits outside the KV cache) are accepted and have no effect on the result. FP8: e4m3
+q, k, v with q/k/v_descale give a bf16 out (CPU backend only for now), and an e4m3 KV cache
+takes k/v_descale. qv, attention_chunk, seqused_q and varlen queries in the KV cache
 (cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens) raise UnsupportedError.
 """
 from ._errors import UnsupportedError, invalid_argument
@@ -41,11 +42,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                     return_attn_probs=False):
     """q [batch, seqlen_q, nheads, d], k/v [batch, seqlen_k, nheads_k, d] -> out, or
     (out, softmax_lse [batch, nheads, seqlen_q]) with return_attn_probs."""
-    _refuse(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            attention_chunk=attention_chunk)
+    _refuse(qv=qv, attention_chunk=attention_chunk)
     result = interface.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                        window_size=window_size, softcap=softcap,
-                                       deterministic=deterministic, return_attn_probs=True)
+                                       deterministic=deterministic, return_attn_probs=True,
+                                       q_descale=q_descale, k_descale=k_descale,
+                                       v_descale=v_descale)
     return _out_and_lse(result, return_attn_probs)
 
 
@@ -88,12 +90,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """Packed sequences: q [total_q, nheads, d], k/v [total_k, nheads_k, d] -> out
     [total_q, nheads, d], or (out, softmax_lse [nheads, total_q]) with return_attn_probs.
     seqused_k [batch]: sequence b sees only its first seqused_k[b] keys."""
-    _refuse(seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
-            v_descale=v_descale, attention_chunk=attention_chunk)
+    _refuse(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk)
     result = interface.flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-        deterministic=deterministic, return_attn_probs=True, seqused_k=seqused_k)
+        deterministic=deterministic, return_attn_probs=True, seqused_k=seqused_k,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return _out_and_lse(result, return_attn_probs)
 
 
@@ -109,15 +111,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     given, are written into the caches in place first. Returns out, or (out, softmax_lse,
     out_accum, softmax_lse_accum) with return_softmax_lse, the last two empty."""
     _refuse(qv=qv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-            max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale,
-            k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk)
+            max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens,
+            attention_chunk=attention_chunk)
     result = interface.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
         cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
         cache_leftpad=cache_leftpad, block_table=page_table, softmax_scale=softmax_scale,
         causal=causal, window_size=window_size, softcap=softcap,
         rotary_interleaved=rotary_interleaved, num_splits=num_splits,
-        return_softmax_lse=return_softmax_lse)
+        return_softmax_lse=return_softmax_lse, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale)
     if not return_softmax_lse:
         return result
     out, lse = result

@@ -7,14 +7,17 @@ forward only. softmax_scale=None means 1/sqrt(head_dim) and any number, 0.0 incl
 used as given, as in flash-attn. Differences from flash-attn 2.8: head dims need not be
 multiples of 8 (the library pads them itself); return_attn_probs materializes the
 probabilities on the host, and, as in flash-attn, only when dropout_p > 0 (else an empty
-tensor).
+tensor). FP8 (as FlashAttention-3): e4m3 q, k, v (torch.float8_e4m3fn, or ml_dtypes'
+float8_e4m3fn arrays) with the keywords q_descale, k_descale, v_descale (fp32 [batch,
+nheads_k], [1] or a scalar tensor) give a bf16 out, without autograd; an e4m3 KV cache takes
+k_descale / v_descale in flash_attn_with_kvcache. FP8 runs on the CPU backend only for now.
 """
 import sys
 
 import numpy as np
 
 from . import _numpy_frontend, _paged
-from ._calls import KVCache, Options, Q_LAYOUT, Varlen, flash_attn_window, int32
+from ._calls import Descales, KVCache, Options, Q_LAYOUT, Varlen, flash_attn_window, int32
 from ._calls import expect_rank as _calls_expect_rank
 from ._errors import invalid_argument
 
@@ -56,13 +59,20 @@ def _required(*named):
             raise invalid_argument(name, "an array", "None")
 
 
-def _attention(q, k, v, varlen, options, deterministic, return_attn_probs):
+def _descales(q_descale, k_descale, v_descale):
+    if q_descale is None and k_descale is None and v_descale is None:
+        return None
+    return Descales(q_descale, k_descale, v_descale)
+
+
+def _attention(q, k, v, varlen, options, deterministic, return_attn_probs, descale=None):
     _required((q, "q"), (k, "k"), (v, "v"))
     frontend = _frontend(q)
     readable = frontend.adapter.readable
     q, k, v = readable(q, "q"), readable(k, "k"), readable(v, "v")
+    extra = {} if descale is None else {"descale": descale}
     out, lse, rng = frontend.attention(q, k, v, varlen, options, deterministic,
-                                       with_lse=return_attn_probs)
+                                       with_lse=return_attn_probs, **extra)
     if not return_attn_probs:
         return out
     if options.dropout_p > 0:
@@ -79,12 +89,13 @@ def _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, *, q_descale=None, k_descale=None, v_descale=None):
     """q [batch, seqlen_q, nheads, d], k/v [batch, seqlen_k, nheads_k, d] -> out
     [batch, seqlen_q, nheads, d]; with return_attn_probs, (out, lse [batch, nheads,
-    seqlen_q] fp32, probabilities)."""
+    seqlen_q] fp32, probabilities). e4m3 q, k, v take the descale keywords (module doc)."""
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p)
-    return _attention(q, k, v, None, options, deterministic, return_attn_probs)
+    return _attention(q, k, v, None, options, deterministic, return_attn_probs,
+                      _descales(q_descale, k_descale, v_descale))
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -107,7 +118,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None, seqused_k=None):
+                           return_attn_probs=False, block_table=None, seqused_k=None, *,
+                           q_descale=None, k_descale=None, v_descale=None):
     """Packed sequences: q [total_q, nheads, d], k/v [total_k, nheads_k, d], int32
     cu_seqlens [batch + 1] -> out [total_q, nheads, d]; lse is [nheads, total_q]. With
     block_table [batch, max_pages], k/v are a paged cache [num_pages, page_size,
@@ -123,7 +135,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise invalid_argument("seqused_k", "None when return_attn_probs materializes the "
                                "probabilities of a dropout run", "a tensor")
     varlen = _varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
-    return _attention(q, k, v, varlen, options, deterministic, return_attn_probs)
+    return _attention(q, k, v, varlen, options, deterministic, return_attn_probs,
+                      _descales(q_descale, k_descale, v_descale))
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -166,11 +179,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, *, q_descale=None, k_descale=None,
+                            v_descale=None):
     """Decoding: q [batch, seqlen_q, nheads, d] over k_cache/v_cache [batch_cache,
     seqlen_cache, nheads_k, d] (or paged [num_pages, page_size, nheads_k, d] with
     block_table). k/v [batch, seqlen_new, nheads_k, d], when given, are written into the
-    caches in place at cache_seqlens first (rotated by rotary_cos/sin when given).
+    caches in place at cache_seqlens first (rotated by rotary_cos/sin when given; into
+    e4m3 caches as k / k_descale, v / v_descale).
     Returns out, or (out, lse [batch, nheads, seqlen_q]) with return_softmax_lse."""
     _required((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"))
     frontend = _frontend(q)
@@ -181,7 +196,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         k_cache, v_cache, _cache_seqlens(adapter, q, k_cache, block_table, k, cache_seqlens),
         k, v, rotary_cos, rotary_sin, adapter.indices(cache_batch_idx, "cache_batch_idx"),
         adapter.indices(cache_leftpad, "cache_leftpad"),
-        adapter.indices(block_table, "block_table"), rotary_interleaved, num_splits)
+        adapter.indices(block_table, "block_table"), rotary_interleaved, num_splits,
+        _descales(q_descale, k_descale, v_descale))
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes)
     out, lse = frontend.kvcache(q, cache, options, with_lse=return_softmax_lse)
     return (out, lse) if return_softmax_lse else out

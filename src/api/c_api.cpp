@@ -17,6 +17,7 @@ using namespace flashattn;
 static_assert(FA_MAX_RANK == kMaxRank, "fa_tensor and Tensor must hold the same rank");
 static_assert(FA_INTERNAL == static_cast<int>(StatusCode::kInternal), "status codes must match");
 static_assert(FA_I32 == static_cast<int>(DType::kI32), "dtypes must match");
+static_assert(FA_F8E4M3 == static_cast<int>(DType::kF8E4M3), "dtypes must match");
 static_assert(FA_CUDA == static_cast<int>(DeviceType::kCUDA), "device types must match");
 static_assert(FA_BACKEND_CUDA == static_cast<int>(Backend::kCuda), "backends must match");
 
@@ -85,6 +86,14 @@ Launch to_cpp(const fa_launch* l) {
   return out;
 }
 
+Descales to_cpp(const fa_descales& d) {
+  Descales out;
+  out.q = to_cpp(d.q);
+  out.k = to_cpp(d.k);
+  out.v = to_cpp(d.v);
+  return out;
+}
+
 ForwardArgs to_cpp(const fa_forward_args& a) {
   ForwardArgs out;
   out.q = to_cpp(a.q);
@@ -94,6 +103,7 @@ ForwardArgs to_cpp(const fa_forward_args& a) {
   out.lse = to_cpp(a.lse);
   out.varlen = to_cpp(a.varlen);
   out.options = to_cpp(a.options);
+  out.descale = to_cpp(a.descale);
   return out;
 }
 
@@ -132,6 +142,7 @@ KVCacheArgs to_cpp(const fa_kvcache_args& a) {
   out.out = to_cpp(a.out);
   out.lse = to_cpp(a.lse);
   out.options = to_cpp(a.options);
+  out.descale = to_cpp(a.descale);
   return out;
 }
 

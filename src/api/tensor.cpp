@@ -41,6 +41,7 @@ Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
+    case DType::kF8E4M3: return 1;
     case DType::kF16:
     case DType::kBF16: return 2;
     case DType::kF32:
@@ -55,6 +56,7 @@ const char* to_string(DType dtype) {
     case DType::kF16: return "fp16";
     case DType::kBF16: return "bf16";
     case DType::kI32: return "int32";
+    case DType::kF8E4M3: return "e4m3";
   }
   return "unknown dtype";
 }

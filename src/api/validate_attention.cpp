@@ -22,7 +22,7 @@ Status read_sizes(const Tensor& q, const Tensor& k, const Tensor& v, const Varle
   FA_RETURN_IF_ERROR(expect_present(q, "q", layout_of_q(s->varlen)));
   FA_RETURN_IF_ERROR(expect_rank(q, "q", rank, layout_of_q(s->varlen)));
   FA_RETURN_IF_ERROR(check_storage(q, "q"));
-  FA_RETURN_IF_ERROR(expect_float_dtype(q, "q"));
+  if (q.dtype != DType::kF8E4M3) FA_RETURN_IF_ERROR(expect_float_dtype(q, "q"));
   const struct {
     const Tensor& tensor;
     const char* name;
@@ -62,7 +62,13 @@ Status check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const Tensor& lse, bool lse_required, const VarlenLayout& varlen,
                        const AttentionOptions& options, Sizes* s) {
   FA_RETURN_IF_ERROR(read_sizes(q, k, v, varlen, s));
-  FA_RETURN_IF_ERROR(expect_tensor(out, "out", q.dtype, s->out()));
+  DType out_dtype = q.dtype;
+  if (q.dtype == DType::kF8E4M3) {
+    FA_RETURN_IF_ERROR(expect_present(out, "out", "[..., nheads, head_dim_v] in bf16 or fp16"));
+    FA_RETURN_IF_ERROR(expect_fp8_output_dtype(out, "out"));
+    out_dtype = out.dtype;
+  }
+  FA_RETURN_IF_ERROR(expect_tensor(out, "out", out_dtype, s->out()));
   if (lse_required) {
     FA_RETURN_IF_ERROR(expect_tensor(lse, "lse", DType::kF32, s->lse()));
   } else {
@@ -90,7 +96,8 @@ std::vector<NamedTensor> attention_tensors(const Tensor& q, const Tensor& k, con
 Status check_contents_and_support(const Tensor& q, const VarlenLayout& varlen, const Sizes& s,
                                   const Target& target) {
   if (s.varlen) FA_RETURN_IF_ERROR(check_varlen_contents(varlen, s));
-  return check_backend_support(q.dtype, s, target, "v");
+  return check_backend_support(q.dtype, q.dtype == DType::kF8E4M3 ? "q" : nullptr, s, target,
+                               "v");
 }
 
 void fill_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -112,16 +119,32 @@ void fill_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 Status validate_forward(const ForwardArgs& a, const Target& target, core::AttentionParams* params) {
   Sizes s;
   FA_RETURN_IF_ERROR(check_attention(a.q, a.k, a.v, a.out, a.lse, false, a.varlen, a.options, &s));
-  FA_RETURN_IF_ERROR(
-      check_placement(attention_tensors(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options), target));
+  const bool fp8 = a.q.dtype == DType::kF8E4M3;
+  if (fp8 && a.options.dropout_p != 0.f) {
+    return invalid("options.dropout_p", "0 with e4m3 inputs (FP8 attention is for inference)",
+                   to_text(a.options.dropout_p));
+  }
+  FA_RETURN_IF_ERROR(check_descales(a.descale, fp8, fp8, s));
+  std::vector<NamedTensor> tensors =
+      attention_tensors(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options);
+  tensors.insert(tensors.end(), {{"descale.q", &a.descale.q},
+                                 {"descale.k", &a.descale.k},
+                                 {"descale.v", &a.descale.v}});
+  FA_RETURN_IF_ERROR(check_placement(tensors, target));
   FA_RETURN_IF_ERROR(check_contents_and_support(a.q, a.varlen, s, target));
   *params = core::AttentionParams{};
   fill_attention(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options, s, params);
+  fill_descales(a.descale, fp8, fp8, params);
   return Status::Ok();
 }
 
 Status validate_backward(const BackwardArgs& a, const Target& target,
                          core::BackwardParams* params) {
+  if (a.q.dtype == DType::kF8E4M3) {
+    return unsupported("q",
+                       "e4m3 (FP8) attention has no backward: FP8 is for inference, as in "
+                       "FlashAttention-3; train in bf16 or fp16");
+  }
   Sizes s;
   FA_RETURN_IF_ERROR(check_attention(a.q, a.k, a.v, a.out, a.lse, true, a.varlen, a.options, &s));
   FA_RETURN_IF_ERROR(expect_tensor(a.dout, "dout", a.q.dtype, s.out()));

@@ -31,6 +31,8 @@ struct Cache {
 
 std::string entry(int64_t i) { return "[" + std::to_string(i) + "]"; }
 
+bool fp8_cache(const KVCacheArgs& a) { return a.k_cache.dtype == DType::kF8E4M3; }
+
 Status read_q_and_cache(const KVCacheArgs& a, Sizes* s, Cache* c) {
   const char* q_layout = "[batch, seqlen_q, nheads, head_dim]";
   const char* cache_layout =
@@ -39,7 +41,14 @@ Status read_q_and_cache(const KVCacheArgs& a, Sizes* s, Cache* c) {
   FA_RETURN_IF_ERROR(expect_present(a.q, "q", q_layout));
   FA_RETURN_IF_ERROR(expect_rank(a.q, "q", 4, q_layout));
   FA_RETURN_IF_ERROR(check_storage(a.q, "q"));
+  if (a.q.dtype == DType::kF8E4M3) {
+    return unsupported("q",
+                       "e4m3 queries are not supported with a KV cache; pass q in bf16 or fp16 "
+                       "(k_cache and v_cache may be e4m3)");
+  }
   FA_RETURN_IF_ERROR(expect_float_dtype(a.q, "q"));
+  // The caches hold q's dtype, or both e4m3 (an FP8 cache).
+  const DType cache_dtype = a.k_cache.dtype == DType::kF8E4M3 ? DType::kF8E4M3 : a.q.dtype;
   const struct {
     const Tensor& tensor;
     const char* name;
@@ -48,7 +57,7 @@ Status read_q_and_cache(const KVCacheArgs& a, Sizes* s, Cache* c) {
     FA_RETURN_IF_ERROR(expect_present(cache.tensor, cache.name, cache_layout));
     FA_RETURN_IF_ERROR(expect_rank(cache.tensor, cache.name, 4, cache_layout));
     FA_RETURN_IF_ERROR(check_storage(cache.tensor, cache.name));
-    FA_RETURN_IF_ERROR(expect_dtype(cache.tensor, cache.name, a.q.dtype));
+    FA_RETURN_IF_ERROR(expect_dtype(cache.tensor, cache.name, cache_dtype));
   }
   s->batch = a.q.shape[0];
   s->seqlen_q = s->rows_q = a.q.shape[1];
@@ -158,7 +167,7 @@ Status check_structure(const KVCacheArgs& a, Sizes* s, Cache* c) {
     return invalid("options.dropout_p", "0 with a KV cache (inference only)",
                    to_text(a.options.dropout_p));
   }
-  return Status::Ok();
+  return check_descales(a.descale, false, fp8_cache(a), *s);
 }
 
 // Rows of rotary_cos/sin a batch entry reads. Positions are cache indices (FlashAttention-2):
@@ -281,12 +290,16 @@ Status validate_kvcache(const KVCacheArgs& a, const Target& target, core::KVCach
                                       {"rotary_sin", &a.rotary_sin},
                                       {"out", &a.out},
                                       {"lse", &a.lse},
-                                      {"options.alibi_slopes", &a.options.alibi_slopes}},
+                                      {"options.alibi_slopes", &a.options.alibi_slopes},
+                                      {"descale.k", &a.descale.k},
+                                      {"descale.v", &a.descale.v}},
                                      target));
   FA_RETURN_IF_ERROR(check_contents(a, s, c));
-  FA_RETURN_IF_ERROR(check_backend_support(a.q.dtype, s, target, "v_cache"));
+  FA_RETURN_IF_ERROR(check_backend_support(a.q.dtype, fp8_cache(a) ? "k_cache" : nullptr, s,
+                                           target, "v_cache"));
   *params = core::KVCacheParams{};
   fill_kvcache(a, s, c, params);
+  fill_descales(a.descale, false, fp8_cache(a), params);
   return Status::Ok();
 }
 

@@ -68,11 +68,69 @@ Status check_head_dims(int64_t head_dim, int64_t head_dim_v, const char* v_name)
   return Status::Ok();
 }
 
-Status check_backend_support(DType dtype, const Sizes& sizes, const Target& target,
-                             const char* v_name) {
+Status expect_fp8_output_dtype(const Tensor& out, const char* name) {
+  if (out.dtype == DType::kBF16 || out.dtype == DType::kF16) return Status::Ok();
+  return invalid(name, "dtype bf16 or fp16 (the output of an e4m3 attention)",
+                 to_string(out.dtype));
+}
+
+Status check_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3, const Sizes& s) {
+  const struct {
+    const Tensor& tensor;
+    const char* name;
+    bool allowed;
+    const char* operand;
+  } factors[] = {{descale.q, "descale.q", q_e4m3, "q"},
+                 {descale.k, "descale.k", kv_e4m3, "k"},
+                 {descale.v, "descale.v", kv_e4m3, "v"}};
+  for (const auto& f : factors) {
+    if (!f.tensor.present()) continue;
+    if (!f.allowed) {
+      return invalid(f.name,
+                     std::string("none: descales apply to e4m3 operands and ") + f.operand +
+                         " is not e4m3",
+                     "a tensor");
+    }
+    FA_RETURN_IF_ERROR(check_storage(f.tensor, f.name));
+    FA_RETURN_IF_ERROR(expect_dtype(f.tensor, f.name, DType::kF32));
+    const bool one = f.tensor.rank == 1 && f.tensor.shape[0] == 1;
+    if (!one) {
+      FA_RETURN_IF_ERROR(
+          expect_shape(f.tensor, f.name, {{s.batch, "batch"}, {s.nheads_k, "nheads_k"}}));
+    }
+  }
+  return Status::Ok();
+}
+
+void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
+                   core::AttentionParams* p) {
+  p->q_e4m3 = q_e4m3;
+  p->kv_e4m3 = kv_e4m3;
+  const auto factor = [](const Tensor& t) {
+    core::Descale d;
+    if (!t.present()) return d;
+    d.ptr = static_cast<const float*>(t.data);
+    if (t.rank == 2) {
+      d.batch_stride = t.stride[0];
+      d.head_stride = t.stride[1];
+    }
+    return d;
+  };
+  p->q_descale = factor(descale.q);
+  p->k_descale = factor(descale.k);
+  p->v_descale = factor(descale.v);
+}
+
+Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
+                             const Target& target, const char* v_name) {
   if (target.backend == Backend::kCuda && dtype == DType::kF32) {
     return unsupported("q",
                        "fp32 runs on the CPU backends only; Backend::kCuda takes fp16 or bf16");
+  }
+  if (target.backend == Backend::kCuda && fp8_name != nullptr) {
+    return unsupported(fp8_name,
+                       "e4m3 (FP8) runs on the CPU backends only in this version; the CUDA "
+                       "FP8 kernels are not written yet");
   }
   if (sizes.head_dim_v != sizes.head_dim) {
     return unsupported(v_name, "head_dim_v=" + std::to_string(sizes.head_dim_v) +
@@ -84,7 +142,7 @@ Status check_backend_support(DType dtype, const Sizes& sizes, const Target& targ
 
 void fill_common(const Tensor& q, const Tensor& out, const Tensor& lse, const Sizes& sizes,
                  core::AttentionParams* params) {
-  params->dtype = core::element_type(q.dtype);
+  params->dtype = core::element_type(out.dtype);
   params->batch = static_cast<int>(sizes.batch);
   params->nheads = static_cast<int>(sizes.nheads);
   params->nheads_k = static_cast<int>(sizes.nheads_k);

@@ -60,11 +60,21 @@ Status check_varlen_contents(const VarlenLayout& varlen, const Sizes& sizes);
 // CUDA runtime agreeing that each pointer lives where it is declared.
 Status check_placement(const std::vector<NamedTensor>& tensors, const Target& target);
 
-// Valid calls the target cannot run: fp32 on CUDA, d_v != d (not implemented yet).
-Status check_backend_support(DType dtype, const Sizes& sizes, const Target& target,
-                             const char* v_name);
+// FP8: the output of an e4m3 attention is bf16 or fp16 (the caller's out says which).
+Status expect_fp8_output_dtype(const Tensor& out, const char* name);
+// descale.q / .k / .v: absent, or fp32 [batch, nheads_k] or [1]; given only for e4m3
+// operands (q for descale.q, k and v, or the caches, for descale.k and descale.v).
+Status check_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3, const Sizes& sizes);
+void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
+                   core::AttentionParams* params);
 
-// Sizes, dtype and operands shared by every Params (q, out, lse and the head counts).
+// Valid calls the target cannot run: fp32 or FP8 on CUDA, d_v != d (not implemented yet).
+// `fp8_name` names the e4m3 argument of the call (null: none is e4m3).
+Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
+                             const Target& target, const char* v_name);
+
+// Sizes, dtype and operands shared by every Params (q, out, lse and the head counts); the
+// Params' dtype is out's (q's unless q is e4m3).
 void fill_common(const Tensor& q, const Tensor& out, const Tensor& lse, const Sizes& sizes,
                  core::AttentionParams* params);
 

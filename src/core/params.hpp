@@ -7,7 +7,7 @@
 
 namespace flashattn::core {
 
-enum class ElementType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class ElementType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
 
 // A [batch, rows, heads, dim] operand (q, k, v, out and their gradients). For varlen
 // inputs `batch_stride` is unused: sequence b starts at row cu_seqlens[b].
@@ -18,8 +18,23 @@ struct Operand {
   int64_t head_stride = 0;
 };
 
+// The fp32 factors an FP8 operand of (batch b, KV head g) is multiplied by when read:
+// ptr[b * batch_stride + g * head_stride]; a null ptr means 1. Strides of 0 share one.
+struct Descale {
+  const float* ptr = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+
+  float at(int b, int g) const { return ptr != nullptr ? ptr[b * batch_stride + g * head_stride] : 1.f; }
+};
+
 struct AttentionParams {
+  // q, k, v, out (and the gradients, k_new, v_new, the rotary tables); with FP8 operands
+  // the type of out, the others being e4m3 where the flags below say so.
   ElementType dtype = ElementType::kF16;
+  bool q_e4m3 = false;   // q is e4m3, read as q * q_descale
+  bool kv_e4m3 = false;  // k and v (the caches of forward_kvcache) are e4m3
+  Descale q_descale, k_descale, v_descale;
   int batch = 0;
   int nheads = 0;
   int nheads_k = 0;
@@ -68,6 +83,9 @@ struct AttentionParams {
   // Later query rows see more keys (a causal mask, or a right window without a left one).
   bool keys_grow_with_rows() const { return window_right >= 0 && window_left < 0; }
   bool has_dropout() const { return dropout_p > 0.f; }
+  ElementType q_type() const { return q_e4m3 ? ElementType::kF8E4M3 : dtype; }
+  ElementType kv_type() const { return kv_e4m3 ? ElementType::kF8E4M3 : dtype; }
+  bool has_fp8() const { return q_e4m3 || kv_e4m3; }
 };
 
 struct BackwardParams : AttentionParams {

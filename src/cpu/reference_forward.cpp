@@ -22,12 +22,16 @@ void forward_all(const core::AttentionParams& params) {
     const core::SequenceRows span = core::sequence_rows(params, b);
     const HeadRule rule = make_head_rule(params, b, h, span.seqlen_q, span.seqlen_k);
 
-    const Matrix<Real> q = gather_head<Real>(params.q, params.dtype, span.batch, span.q_row0,
-                                             span.seqlen_q, h, params.head_dim);
-    const Matrix<Real> k = gather_head<Real>(params.k, params.dtype, span.batch, span.k_row0,
-                                             span.seqlen_k, h / group, params.head_dim);
-    const Matrix<Real> v = gather_head<Real>(params.v, params.dtype, span.batch, span.k_row0,
-                                             span.seqlen_k, h / group, params.head_dim_v);
+    const int hk = h / group;
+    const Matrix<Real> q =
+        gather_head<Real>(params.q, params.q_type(), span.batch, span.q_row0, span.seqlen_q, h,
+                          params.head_dim, params.q_descale.at(b, hk));
+    const Matrix<Real> k =
+        gather_head<Real>(params.k, params.kv_type(), span.batch, span.k_row0, span.seqlen_k,
+                          hk, params.head_dim, params.k_descale.at(b, hk));
+    const Matrix<Real> v =
+        gather_head<Real>(params.v, params.kv_type(), span.batch, span.k_row0, span.seqlen_k,
+                          hk, params.head_dim_v, params.v_descale.at(b, hk));
     Matrix<Real> out;
     std::vector<Real> lse;
     forward_head(rule, q, k, v, &out, &lse);

@@ -49,6 +49,24 @@ void rotate(const core::KVCacheParams& params, int position, Real* x) {
   }
 }
 
+// New rows in the cache's type: as they are, or for an e4m3 cache quantized as
+// float(x) / descale (docs/contract.md, "FP8").
+template <typename RowOffset>
+void store_in_cache(const core::KVCacheParams& params, const Matrix<double>& rows,
+                    const core::Operand& cache, float descale, RowOffset row_offset) {
+  if (!params.kv_e4m3) {
+    scatter_rows(rows, cache.ptr, params.dtype, row_offset);
+    return;
+  }
+  for (int r = 0; r < rows.rows(); ++r) {
+    const int64_t start = row_offset(r);
+    for (int c = 0; c < rows.cols(); ++c) {
+      core::store_element(cache.ptr, start + c, core::ElementType::kF8E4M3,
+                          static_cast<float>(rows.row(r)[c]) / descale);
+    }
+  }
+}
+
 void append_new_keys(const core::KVCacheParams& params) {
   const int rows = appended_rows(params);
   const bool rotary = params.rotary_cos != nullptr;
@@ -69,8 +87,8 @@ void append_new_keys(const core::KVCacheParams& params) {
       }
       const Matrix<double> v = gather_rows<double>(params.v_new.ptr, params.dtype, rows,
                                                    params.head_dim_v, new_row(params.v_new));
-      scatter_rows(k, params.k.ptr, params.dtype, cache_row(params.k));
-      scatter_rows(v, params.v.ptr, params.dtype, cache_row(params.v));
+      store_in_cache(params, k, params.k, params.k_descale.at(b, hk), cache_row(params.k));
+      store_in_cache(params, v, params.v, params.v_descale.at(b, hk), cache_row(params.v));
     }
   }
 }
@@ -98,12 +116,12 @@ void attend_all(const core::KVCacheParams& params) {
     const HeadRule rule = make_head_rule(params, b, h, span.seqlen_q, span.seqlen_k);
 
     Matrix<Real> q =
-        gather_head<Real>(params.q, params.dtype, b, 0, span.seqlen_q, h, params.head_dim);
+        gather_head<Real>(params.q, params.q_type(), b, 0, span.seqlen_q, h, params.head_dim);
     if (params.rotary_cos != nullptr) {
       for (int i = 0; i < q.rows(); ++i) {
         rotate(params, query_position(params, b, i), q.row(i));
         for (int c = 0; c < params.rotary_dim; ++c) {
-          q.row(i)[c] = core::round_to(static_cast<float>(q.row(i)[c]), params.dtype);
+          q.row(i)[c] = core::round_to(static_cast<float>(q.row(i)[c]), params.q_type());
         }
       }
     }
@@ -112,10 +130,12 @@ void attend_all(const core::KVCacheParams& params) {
         return cache_offset(params, cache, b, leftpad + j, hk);
       };
     };
-    const Matrix<Real> k = gather_rows<Real>(params.k.ptr, params.dtype, span.seqlen_k,
-                                             params.head_dim, key_row(params.k));
-    const Matrix<Real> v = gather_rows<Real>(params.v.ptr, params.dtype, span.seqlen_k,
-                                             params.head_dim_v, key_row(params.v));
+    const Matrix<Real> k =
+        gather_rows<Real>(params.k.ptr, params.kv_type(), span.seqlen_k, params.head_dim,
+                          key_row(params.k), params.k_descale.at(b, hk));
+    const Matrix<Real> v =
+        gather_rows<Real>(params.v.ptr, params.kv_type(), span.seqlen_k, params.head_dim_v,
+                          key_row(params.v), params.v_descale.at(b, hk));
     Matrix<Real> out;
     std::vector<Real> lse;
     forward_head(rule, q, k, v, &out, &lse);

@@ -23,15 +23,18 @@ inline bool worth_threads(const core::AttentionParams& params) {
   return work > double(1 << 20);
 }
 
-// `rows` x `cols` elements; row r starts at element row_offset(r) of `base`.
+// `rows` x `cols` elements times `descale` (an FP8 operand's factor; 1 otherwise); row r
+// starts at element row_offset(r) of `base`.
 template <typename Real, typename RowOffset>
 Matrix<Real> gather_rows(const void* base, core::ElementType type, int rows, int cols,
-                         RowOffset row_offset) {
+                         RowOffset row_offset, float descale = 1.f) {
   Matrix<Real> m(rows, cols);
   for (int r = 0; r < rows; ++r) {
     const int64_t start = row_offset(r);
     Real* dst = m.row(r);
-    for (int c = 0; c < cols; ++c) dst[c] = core::load_element(base, start + c, type);
+    for (int c = 0; c < cols; ++c) {
+      dst[c] = static_cast<Real>(core::load_element(base, start + c, type)) * Real(descale);
+    }
   }
   return m;
 }
@@ -51,10 +54,10 @@ void scatter_rows(const Matrix<Real>& m, void* base, core::ElementType type,
 // Rows row0 .. row0+rows-1 of head `head` of `op`.
 template <typename Real>
 Matrix<Real> gather_head(const core::Operand& op, core::ElementType type, int64_t batch,
-                         int64_t row0, int rows, int head, int cols) {
-  return gather_rows<Real>(op.ptr, type, rows, cols, [&](int r) {
-    return core::element_offset(op, batch, row0 + r, head);
-  });
+                         int64_t row0, int rows, int head, int cols, float descale = 1.f) {
+  return gather_rows<Real>(
+      op.ptr, type, rows, cols,
+      [&](int r) { return core::element_offset(op, batch, row0 + r, head); }, descale);
 }
 
 template <typename Real>

@@ -88,7 +88,9 @@ HeadRule make_head_rule(const core::AttentionParams& params, int batch, int head
   if (params.alibi_slopes != nullptr) {
     rule.alibi_slope = params.alibi_slopes[batch * params.alibi_batch_stride + head];
   }
-  rule.dtype = params.dtype;
+  // P meets V in q's type: a kernel rounds P to e4m3 for an e4m3 forward, to bf16 or fp16
+  // for an FP8 cache read by 16-bit queries.
+  rule.dtype = params.q_type();
   rule.dropout = params.has_dropout();
   rule.seed = params.seed;
   rule.offset = params.offset;

@@ -76,6 +76,7 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
   if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
     return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
   }
+  if (p.has_fp8()) return unsupported("q: e4m3 (FP8) has no CUDA kernel yet");
   if (p.head_dim_v != p.head_dim) {
     return unsupported("v: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
                        ", got " + std::to_string(p.head_dim_v));

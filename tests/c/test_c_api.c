@@ -2,6 +2,7 @@
  * loop, and the error path. Prints "N passed, M failed"; exits nonzero on any failure. */
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "flashattn/flashattn.h"
@@ -158,6 +159,64 @@ static void test_out_of_range_enums(void) {
          "an unknown backend is rejected by name");
 }
 
+/* e4m3 by its definition (the bytes below avoid the NaN patterns). */
+static double e4m3_value(uint8_t x) {
+  const int exponent = (x >> 3) & 15, mantissa = x & 7;
+  const double magnitude =
+      exponent == 0 ? ldexp(mantissa / 8.0, -6) : ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  return (x & 0x80) ? -magnitude : magnitude;
+}
+
+/* An FP8 forward: e4m3 q, k, v with descales [batch, nheads_k], bf16 out, against the naive
+ * loop on the dequantized values. */
+static void test_fp8_forward(void) {
+  static uint8_t q8[B][SQ][H][D], k8[B][SK][HK][D], v8[B][SK][HK][D];
+  static uint16_t out16[B][SQ][H][D];
+  float descale[3][B][HK];
+  uint8_t* bytes[3] = {&q8[0][0][0][0], &k8[0][0][0][0], &v8[0][0][0][0]};
+  float* dequantized[3] = {&q[0][0][0][0], &k[0][0][0][0], &v[0][0][0][0]};
+  const int rows[3] = {SQ * H, SK * HK, SK * HK}, heads[3] = {H, HK, HK};
+  unsigned state = 777u;
+  for (int t = 0; t < 3; ++t) {
+    for (int b = 0; b < B; ++b) {
+      for (int g = 0; g < HK; ++g) descale[t][b][g] = 0.5f + 0.25f * (float)(b * HK + g + t);
+    }
+    for (int i = 0; i < B * rows[t] * D; ++i) {
+      state = state * 1664525u + 1013904223u;
+      /* exponent field 4..8 (values 2^-3..3.75), any mantissa, either sign */
+      bytes[t][i] = (uint8_t)(((state >> 9) & 0x80) | ((4 + (state >> 12) % 5) << 3) | ((state >> 16) & 7));
+      const int b = i / (rows[t] * D);
+      const int head = (i / D) % heads[t];
+      const int g = head / (heads[t] / HK);
+      dequantized[t][i] = (float)(e4m3_value(bytes[t][i]) * descale[t][b][g]);
+    }
+  }
+  const int64_t q_shape[4] = {B, SQ, H, D}, kv_shape[4] = {B, SK, HK, D};
+  const int64_t lse_shape[3] = {B, H, SQ}, descale_shape[2] = {B, HK};
+  fa_forward_args args;
+  fa_forward_args_init(&args);
+  args.q = fa_make_tensor(q8, FA_F8E4M3, 4, q_shape);
+  args.k = fa_make_tensor(k8, FA_F8E4M3, 4, kv_shape);
+  args.v = fa_make_tensor(v8, FA_F8E4M3, 4, kv_shape);
+  args.out = fa_make_tensor(out16, FA_BF16, 4, q_shape);
+  args.lse = fa_make_tensor(lse, FA_F32, 3, lse_shape);
+  args.descale.q = fa_make_tensor(descale[0], FA_F32, 2, descale_shape);
+  args.descale.k = fa_make_tensor(descale[1], FA_F32, 2, descale_shape);
+  args.descale.v = fa_make_tensor(descale[2], FA_F32, 2, descale_shape);
+  expect(fa_forward(&args, NULL) == FA_OK, "an e4m3 forward with descales runs");
+  /* bf16 out as float: its bits are the top half of the float's. */
+  for (int i = 0; i < B * SQ * H * D; ++i) {
+    const uint32_t bits = (uint32_t)(&out16[0][0][0][0])[i] << 16;
+    memcpy(&(&out[0][0][0][0])[i], &bits, sizeof bits);
+  }
+  expect(naive_error() < 2e-2, "the e4m3 forward matches the naive loop on x * descale");
+  args.out = fa_make_tensor(out, FA_F32, 4, q_shape);
+  expect(fa_forward(&args, NULL) == FA_INVALID_ARGUMENT &&
+             strncmp(fa_last_error_message(), "out: expected dtype bf16 or fp16", 32) == 0,
+         "an fp32 out for e4m3 inputs is rejected by name");
+  fill_inputs(); /* the other tests' fp32 inputs */
+}
+
 int main(void) {
   fill_inputs();
   test_forward_matches_naive(FA_BACKEND_REFERENCE, "reference");
@@ -166,6 +225,7 @@ int main(void) {
   test_defaults_and_queries();
   test_zero_scale_is_literal();
   test_out_of_range_enums();
+  test_fp8_forward();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -161,7 +161,7 @@ Case random_case(std::mt19937_64& rng) {
   Case c;
   c.entry = uniform(rng, 0, 2);
   c.c_abi = chance(rng, 0.3);
-  c.dtype = uniform(rng, 0, 2);
+  c.dtype = chance(rng, 0.15) ? 3 : uniform(rng, 0, 2);  // 3: FP8 (fuzz_instance.cpp)
   c.batch = pick(rng, {0, 1, 1, 2, 2, 3});
   c.seqlen_q = pick(rng, {0, 1, 2, 5, 17, 33, 64, 97, 130});
   c.seqlen_k = pick(rng, {0, 1, 3, 16, 31, 64, 100, 200});

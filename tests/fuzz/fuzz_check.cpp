@@ -90,6 +90,7 @@ Status call_c(const Instance& in, bool validate_only) {
       c.lse = to_c(a.lse);
       c.varlen = to_c(a.varlen);
       c.options = to_c(a.options);
+      c.descale = {to_c(a.descale.q), to_c(a.descale.k), to_c(a.descale.v)};
       return from_c(validate_only ? fa_supported_forward(&c, backend_field)
                                   : fa_forward(&c, &launch));
     }
@@ -132,6 +133,7 @@ Status call_c(const Instance& in, bool validate_only) {
       c.out = to_c(a.out);
       c.lse = to_c(a.lse);
       c.options = to_c(a.options);
+      c.descale = {to_c(a.descale.q), to_c(a.descale.k), to_c(a.descale.v)};
       return from_c(validate_only ? fa_supported_kvcache(&c, backend_field)
                                   : fa_forward_kvcache(&c, &launch));
     }
@@ -253,6 +255,7 @@ std::vector<double> values_of(const Tensor& t) {
 double unit_roundoff(flashattn::DType dtype) {
   if (dtype == flashattn::DType::kF16) return std::ldexp(1.0, -11);
   if (dtype == flashattn::DType::kBF16) return std::ldexp(1.0, -8);
+  if (dtype == flashattn::DType::kF8E4M3) return std::ldexp(1.0, -4);
   return std::ldexp(1.0, -24);
 }
 

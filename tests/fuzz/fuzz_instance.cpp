@@ -89,8 +89,18 @@ Layout layout_of(const Case& c, std::mt19937& rng) {
   return l;
 }
 
+// dtype 3 is FP8: e4m3 q, k, v (the forward; the backward rejects it) or e4m3 caches (a
+// KV cache), the rest bf16; no descale tensors (factors of 1).
 DType dtype_of(const Case& c) {
-  return c.dtype == 1 ? DType::kF16 : c.dtype == 2 ? DType::kBF16 : DType::kF32;
+  return c.dtype == 1   ? DType::kF16
+         : c.dtype == 2 ? DType::kBF16
+         : c.dtype == 3 ? DType::kF8E4M3
+                        : DType::kF32;
+}
+
+// What an e4m3 call keeps in 16 bits: out (and, with a cache, q, k_new, v_new, rotary).
+DType wide_dtype_of(const Case& c) {
+  return c.dtype == 3 ? DType::kBF16 : dtype_of(c);
 }
 
 void describe_attention(const Case& c, const Layout& l, Instance* in) {
@@ -104,8 +114,8 @@ void describe_attention(const Case& c, const Layout& l, Instance* in) {
   *in->slot(kQ) = describe(dt, rows(c.seqlen_q, l.total_q, h), pad);
   *in->slot(kK) = describe(dt, rows(c.seqlen_k, l.total_k, hk), pad);
   *in->slot(kV) = describe(dt, rows(c.seqlen_k, l.total_k, hk), pad);
-  *in->slot(kOut) = describe(dt, rows(c.seqlen_q, l.total_q, h), pad);
   const bool backward = in->entry == Entry::kBackward;
+  *in->slot(kOut) = describe(backward ? dt : wide_dtype_of(c), rows(c.seqlen_q, l.total_q, h), pad);
   if (c.lse || backward) {
     *in->slot(kLse) = c.varlen ? describe(DType::kF32, {h, l.total_q}, 0)
                                : describe(DType::kF32, {c.batch, h, c.seqlen_q}, 0);
@@ -124,7 +134,8 @@ void describe_attention(const Case& c, const Layout& l, Instance* in) {
 }
 
 void describe_kvcache(const Case& c, const Layout& l, Instance* in) {
-  const DType dt = dtype_of(c);
+  const DType dt = wide_dtype_of(c);
+  const DType cache_dt = dtype_of(c);
   const int64_t pad = c.padded ? 8 : 0;
   const int h = l.nheads, hk = c.nheads_k, d = c.head_dim;
   *in->slot(kQ) = describe(dt, {c.batch, c.seqlen_q, h, d}, pad);
@@ -133,8 +144,8 @@ void describe_kvcache(const Case& c, const Layout& l, Instance* in) {
   const std::vector<int64_t> cache = c.page_size > 0
                                          ? std::vector<int64_t>{l.num_pages, c.page_size, hk, d}
                                          : std::vector<int64_t>{l.batch_cache, c.capacity, hk, d};
-  *in->slot(kK) = describe(dt, cache, pad);
-  *in->slot(kV) = describe(dt, cache, pad);
+  *in->slot(kK) = describe(cache_dt, cache, pad);
+  *in->slot(kV) = describe(cache_dt, cache, pad);
   *in->slot(kCacheSeqlens) = describe(DType::kI32, {c.batch}, 0);
   if (c.page_size > 0) {
     *in->slot(kBlockTable) = describe(DType::kI32, {c.batch, l.pages_per_entry}, 0);
@@ -321,7 +332,8 @@ void poison(const Case& c, Instance* in, std::mt19937& rng) {
   const Slot s = c.poison == 4 ? kQ : c.poison == 2 ? kK : kV;
   const Tensor& t = *in->slot(s);
   const bool float_type =
-      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16 ||
+      t.dtype == DType::kF8E4M3;
   if (!in->backed || !float_type || t.data == nullptr) return;
   const std::vector<int64_t> offsets = element_offsets(t);
   if (offsets.empty()) return;
@@ -366,7 +378,8 @@ void back_slot(Slot s, const Layout& l, Instance* in, std::mt19937& rng) {
     std::memset(data, 0, bytes);
   }
   const bool float_type =
-      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+      t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16 ||
+      t.dtype == DType::kF8E4M3;
   if (valid_dtype && float_type && (!buffer.output || s == kK || s == kV))
     fill_values(t, rng, span);
   if (is_index(s) && t.dtype == DType::kI32) write_indices(t, *index_values(s, l));

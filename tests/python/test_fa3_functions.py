@@ -70,7 +70,7 @@ def test_kvcache_page_table_and_four_return_values(rng):
                                                   page_table=page_table), np.ndarray)
 
 
-@pytest.mark.parametrize("argument", ["qv", "q_descale", "attention_chunk"])
+@pytest.mark.parametrize("argument", ["qv", "attention_chunk"])
 def test_what_flashattn_lacks_is_refused(rng, argument):
     q = randn(rng, (1, 4, 2, 8))
     value = 16 if argument == "attention_chunk" else q

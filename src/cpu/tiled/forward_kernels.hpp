@@ -191,8 +191,10 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
     // products take it from the input otherwise.
     const bool v_in_fp32 = !t.bf16 || partly_masked;
     if (t.bf16) {
-      pack_bf16_rows(tile_key, keys, t.d, round_up(keys, kBf16Rows), t.d_bf16, t.k16,
-                     t.d_bf16);
+      if constexpr (kBf16Products<Type>) {
+        pack_bf16_rows(tile_key, keys, t.d, round_up(keys, kBf16Rows), t.d_bf16, t.k16,
+                       t.d_bf16);
+      }
     } else {
       pack_rows<Type>(tile_key, keys, t.d, t.d, t.k, t.d_pad);
     }
@@ -210,7 +212,7 @@ void attend_keys(const ScoreRule& rule, int key_begin, int key_end, KeyRow key_r
       if (v_in_fp32) {
         pack_bf16_columns([&](int j) { return t.v + j * t.dv_pad; }, keys, t.dv, depth,
                           t.dv_pad, t.vt16, kBlockK);
-      } else {
+      } else if constexpr (kBf16Products<Type>) {
         pack_bf16_columns(tile_value, keys, t.dv, depth, t.dv_pad, t.vt16, kBlockK);
       }
     }
@@ -269,13 +271,14 @@ inline core::KeyRange restrict_keys(const ScoreRule& rule, int key_begin, int ke
   return all.begin < all.end ? all : core::KeyRange{key_begin, key_begin};
 }
 
-// Columns of one query block: out = O / rowsum (0 for a row that saw no key) through
-// out_row(c) and lse = max + log(sum) (-inf then) through lse_row(c) (null: not wanted).
+// Columns of one query block: out = O * v_descale / rowsum (0 for a row that saw no key)
+// through out_row(c) and lse = max + log(sum) (-inf then) through lse_row(c) (null: not
+// wanted). v_descale is 1 unless V is e4m3.
 template <ElementType Type, typename OutRow, typename LseRow>
 void finish_block(const ForwardTiles& t, const QueryBlock& block, OutRow out_row,
-                  LseRow lse_row) {
+                  LseRow lse_row, float v_descale = 1.f) {
   const int count = block.count();
-  for (int c = 0; c < count; ++c) block.factors[c] = block.states[c].inverse_sum();
+  for (int c = 0; c < count; ++c) block.factors[c] = block.states[c].inverse_sum() * v_descale;
   if (t.bf16) {
     store_columns<Type>(block.o, kBlockQ, count, t.dv, block.factors, out_row);
   } else {
@@ -287,57 +290,76 @@ void finish_block(const ForwardTiles& t, const QueryBlock& block, OutRow out_row
   }
 }
 
-template <ElementType Type>
+// Whether a call of these operand types multiplies its tiles in bf16 (all of them bf16).
+template <class Types>
+constexpr bool kBf16Tiles = Types::uniform && kBf16Products<Types::q>;
+
+// The scale the scores are multiplied by: with e4m3 operands it absorbs the descales of q
+// and k (docs/contract.md, "FP8"), so the tiles hold the raw e4m3 values.
+inline float score_scale(const core::AttentionParams& params, int b, int hk) {
+  if (!params.has_fp8()) return params.scale;
+  return params.scale * (params.q_descale.at(b, hk) * params.k_descale.at(b, hk));
+}
+
+template <class Types>
 void forward_block(const core::AttentionParams& params, int b, int h, int row0, int rows,
                    float* scratch) {
-  using Element = Storage<Type>;
+  using Query = Storage<Types::q>;
+  using Key = Storage<Types::kv>;
+  using Out = Storage<Types::out>;
   const SequenceRows seq = sequence_rows(params, b);
   if (row0 >= seq.seqlen_q) return;
   const int row_end = std::min(seq.seqlen_q, row0 + rows);
   const int hk = h / (params.nheads / params.nheads_k);
-  const bool bf16 = kBf16Products<Type> && seq.seqlen_q > kBf16ProductsAboveColumns;
+  const bool bf16 = kBf16Tiles<Types> && seq.seqlen_q > kBf16ProductsAboveColumns;
   const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, bf16);
-  [[maybe_unused]] const auto products = product_scope<Type>(bf16);
-  const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+  [[maybe_unused]] const auto products = product_scope<Types::q>(bf16);
+  ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+  rule.scale = score_scale(params, b, hk);
 
   // Block g: rows row0 + g * kBlockQ .. of this head.
-  const Element* q = static_cast<const Element*>(params.q.ptr) +
-                     element_offset(params.q, seq.batch, seq.q_row0, h);
+  const Query* q = static_cast<const Query*>(params.q.ptr) +
+                   element_offset(params.q, seq.batch, seq.q_row0, h);
   QueryBlock blocks[kGroupQ];
   reset_blocks(t, blocks);
   for (int g = 0; g < kGroupQ; ++g) {
     const int first = row0 + g * kBlockQ;
     if (first >= row_end) break;
     blocks[g].columns = TileColumns::consecutive(first, std::min(kBlockQ, row_end - first));
-    start_block<Type>(
+    start_block<Types::q>(
         rule, [&](int c) { return q + (first + c) * params.q.row_stride; },
         [](int, float*) {}, t, &blocks[g]);
   }
   const core::KeyRange keys = restrict_keys(rule, 0, seq.seqlen_k, blocks);
 
-  const Element* k = static_cast<const Element*>(params.k.ptr) +
-                     element_offset(params.k, seq.batch, seq.k_row0, hk);
-  const Element* v = static_cast<const Element*>(params.v.ptr) +
-                     element_offset(params.v, seq.batch, seq.k_row0, hk);
-  attend_keys<Type>(
+  const Key* k = static_cast<const Key*>(params.k.ptr) +
+                 element_offset(params.k, seq.batch, seq.k_row0, hk);
+  const Key* v = static_cast<const Key*>(params.v.ptr) +
+                 element_offset(params.v, seq.batch, seq.k_row0, hk);
+  attend_keys<Types::kv>(
       rule, keys.begin, keys.end, [&](int j) { return k + j * params.k.row_stride; },
       [&](int j) { return v + j * params.v.row_stride; }, t, blocks);
 
-  Element* out = static_cast<Element*>(params.out.ptr) +
-                 element_offset(params.out, seq.batch, seq.q_row0, h);
+  Out* out = static_cast<Out*>(params.out.ptr) +
+             element_offset(params.out, seq.batch, seq.q_row0, h);
   float* lse = params.lse != nullptr ? params.lse + lse_offset(params, seq, h, 0) : nullptr;
+  const float v_descale = params.v_descale.at(b, hk);
   for (const QueryBlock& block : blocks) {
     if (block.count() == 0) continue;
     const int first = block.columns.row_min;
-    finish_block<Type>(
+    finish_block<Types::out>(
         t, block, [&](int c) { return out + (first + c) * params.out.row_stride; },
-        [&](int c) { return lse != nullptr ? lse + first + c : nullptr; });
+        [&](int c) { return lse != nullptr ? lse + first + c : nullptr; }, v_descale);
   }
 }
 
+// Runtime form of kBf16Tiles, for the scratch sizes.
+inline bool uses_bf16_tiles(const core::AttentionParams& params) {
+  return !params.has_fp8() && uses_bf16_products(params.dtype);
+}
+
 inline size_t forward_scratch_floats(const core::AttentionParams& params) {
-  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v,
-                      uses_bf16_products(params.dtype))
+  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v, uses_bf16_tiles(params))
       .floats;
 }
 

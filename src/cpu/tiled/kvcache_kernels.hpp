@@ -17,7 +17,7 @@ namespace flashattn::cpu::tiled::FA_TILED_ISA {
 template <ElementType Type, typename HeadOf, typename RowOf>
 void write_columns(const core::KVCacheParams& params, const SplitPartials& partials, int b,
                    int split, const ForwardTiles& t, const QueryBlock& block, HeadOf head_of,
-                   RowOf row_of) {
+                   RowOf row_of, float v_descale) {
   using Element = Storage<Type>;
   if (partials.splits == 1) {
     finish_block<Type>(
@@ -30,7 +30,8 @@ void write_columns(const core::KVCacheParams& params, const SplitPartials& parti
           if (params.lse == nullptr) return nullptr;
           return params.lse + b * params.lse_batch_stride + head_of(c) * params.lse_head_stride +
                  row_of(c);
-        });
+        },
+        v_descale);
     return;
   }
   // Part (b, h, split) row i: see SplitPartials.
@@ -41,24 +42,26 @@ void write_columns(const core::KVCacheParams& params, const SplitPartials& parti
   };
   finish_block<ElementType::kF32>(
       t, block, [&](int c) { return partials.out + part_row(c) * params.head_dim_v; },
-      [&](int c) { return partials.lse + part_row(c); });
+      [&](int c) { return partials.lse + part_row(c); }, v_descale);
 }
 
-template <ElementType Type>
+template <class Types>
 void kvcache_block(const core::KVCacheParams& params, const SplitPartials& partials, int b,
                    int hk, int row0, int rows, int split, float* scratch) {
-  using Element = Storage<Type>;
+  using Query = Storage<Types::q>;
+  using Key = Storage<Types::kv>;
   if (row0 >= params.seqlen_q) return;
   rows = std::min(rows, params.seqlen_q - row0);
   const int group = params.nheads / params.nheads_k;
   const int head0 = hk * group;
   const int leftpad = cache_leftpad(params, b);
   const bool bf16 =
-      kBf16Products<Type> && group * params.seqlen_q > kBf16ProductsAboveColumns;
+      kBf16Tiles<Types> && group * params.seqlen_q > kBf16ProductsAboveColumns;
   const ForwardTiles t(scratch, params.head_dim, params.head_dim_v, bf16);
-  [[maybe_unused]] const auto products = product_scope<Type>(bf16);
+  [[maybe_unused]] const auto products = product_scope<Types::q>(bf16);
   // Visibility does not depend on the head; the ALiBi slope is per column.
-  const ScoreRule rule = score_rule(params, b, head0, params.seqlen_q, cache_keys(params, b));
+  ScoreRule rule = score_rule(params, b, head0, params.seqlen_q, cache_keys(params, b));
+  rule.scale = score_scale(params, b, hk);
   const bool alibi = params.alibi_slopes != nullptr;
 
   // Split `split` of `splits` takes an equal share of the task's key tiles.
@@ -72,7 +75,7 @@ void kvcache_block(const core::KVCacheParams& params, const SplitPartials& parti
       std::clamp(tiles_begin + (split + 1) * tiles_per_split * kBlockK, keys.begin, keys.end);
 
   const auto cache_row = [&](const core::Operand& cache) {
-    const Element* base = static_cast<const Element*>(cache.ptr);
+    const Key* base = static_cast<const Key*>(cache.ptr);
     return [&params, &cache, base, b, hk, leftpad](int j) {
       return base + cache_offset(params, cache, b, leftpad + j, hk);
     };
@@ -113,29 +116,29 @@ void kvcache_block(const core::KVCacheParams& params, const SplitPartials& parti
           x[i] = core::round_to(static_cast<float>(exact[i]), params.dtype);
         }
       };
-      start_block<Type>(
+      start_block<Types::q>(
           rule,
           [&](int c) {
-            return static_cast<const Element*>(params.q.ptr) +
+            return static_cast<const Query*>(params.q.ptr) +
                    element_offset(params.q, b, row_of(first + c), head_of(first + c));
           },
           rotate_query, t, &block);
     }
     const core::KeyRange attended = restrict_keys(rule, split_begin, split_end, blocks);
-    attend_keys<Type>(rule, attended.begin, attended.end, cache_row(params.k),
-                      cache_row(params.v), t, blocks);
+    attend_keys<Types::kv>(rule, attended.begin, attended.end, cache_row(params.k),
+                           cache_row(params.v), t, blocks);
     for (int g = 0; g < kGroupQ; ++g) {
       if (blocks[g].count() == 0) continue;
-      write_columns<Type>(params, partials, b, split, t, blocks[g],
-                          [&](int c) { return head_of(round + g * kBlockQ + c); },
-                          [&](int c) { return row_of(round + g * kBlockQ + c); });
+      write_columns<Types::out>(params, partials, b, split, t, blocks[g],
+                                [&](int c) { return head_of(round + g * kBlockQ + c); },
+                                [&](int c) { return row_of(round + g * kBlockQ + c); },
+                                params.v_descale.at(b, hk));
     }
   }
 }
 
 inline size_t kvcache_scratch_floats(const core::KVCacheParams& params) {
-  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v,
-                      uses_bf16_products(params.dtype))
+  return ForwardTiles(nullptr, params.head_dim, params.head_dim_v, uses_bf16_tiles(params))
       .floats;
 }
 

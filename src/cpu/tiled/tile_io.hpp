@@ -1,9 +1,10 @@
-// Moving rows between the caller's tensors (fp32, fp16 or bf16, any row stride) and the
-// fp32 tiles of the kernels. Loads run once per tile pair and are vectorized where the
+// Moving rows between the caller's tensors (fp32, fp16, bf16 or e4m3, any row stride) and
+// the fp32 tiles of the kernels. Loads run once per tile pair and are vectorized where the
 // ISA can convert (F16C); stores write each output row once and convert with the shared
 // round-to-nearest-even helpers of core/numeric.hpp.
 #pragma once
 
+#include <array>
 #include <type_traits>
 
 #include "cpu/tiled/simd.hpp"
@@ -12,13 +13,37 @@ namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
 using core::ElementType;
 
-// The storage type of one element: fp16 and bf16 are raw 16-bit patterns.
+// The storage type of one element: fp16 and bf16 are raw 16-bit patterns, e4m3 8-bit ones.
 template <ElementType Type>
-using Storage = std::conditional_t<Type == ElementType::kF32, float, uint16_t>;
+using Storage = std::conditional_t<
+    Type == ElementType::kF32, float,
+    std::conditional_t<Type == ElementType::kF8E4M3, uint8_t, uint16_t>>;
+
+// The element types of one call's operands. Equal for fp32, fp16 and bf16 calls; FP8 calls
+// read e4m3 queries, keys and values (the forward) or e4m3 keys and values (a KV cache),
+// and write the output in a 16-bit (or fp32) type.
+template <ElementType Q, ElementType KV = Q, ElementType Out = Q>
+struct OperandTypes {
+  static constexpr ElementType q = Q, kv = KV, out = Out;
+  static constexpr bool uniform = Q == KV && KV == Out;
+};
+
+// Every e4m3 value in fp32, by bit pattern (256 entries: cheaper than decoding).
+inline const float* e4m3_values() {
+  static const auto table = [] {
+    std::array<float, 256> values{};
+    for (int i = 0; i < 256; ++i) values[i] = core::e4m3_to_float(static_cast<uint8_t>(i));
+    return values;
+  }();
+  return table.data();
+}
 
 template <ElementType Type>
 inline void to_float(const Storage<Type>* src, float* dst, int n) {
-  if constexpr (Type == ElementType::kF32) {
+  if constexpr (Type == ElementType::kF8E4M3) {
+    const float* values = e4m3_values();
+    for (int i = 0; i < n; ++i) dst[i] = values[src[i]];
+  } else if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
     int i = 0;
@@ -44,6 +69,7 @@ inline void to_float(const Storage<Type>* src, float* dst, int n) {
 
 template <ElementType Type>
 inline void from_float(const float* src, Storage<Type>* dst, int n) {
+  static_assert(Type != ElementType::kF8E4M3, "outputs are never e4m3");
   if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {

@@ -72,6 +72,7 @@ double tolerance_eps(flashattn::DType dtype, const HostTensor& exact, double sca
   double unit_roundoff = std::ldexp(1.0, -24);
   if (dtype == flashattn::DType::kF16) unit_roundoff = std::ldexp(1.0, -11);
   if (dtype == flashattn::DType::kBF16) unit_roundoff = std::ldexp(1.0, -8);
+  if (dtype == flashattn::DType::kF8E4M3) unit_roundoff = std::ldexp(1.0, -4);
   double magnitude = 1.0;
   for (int64_t n = 0; n < exact.numel(); ++n) {
     const double x = std::fabs(static_cast<double>(exact.get(n)));

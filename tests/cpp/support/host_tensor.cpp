@@ -105,6 +105,7 @@ void HostTensor::poison() {
       }
       case DType::kF16: storage_[i] = 0x00; storage_[i + 1] = 0x7E; break;
       case DType::kBF16: storage_[i] = 0xC0; storage_[i + 1] = 0x7F; break;
+      case DType::kF8E4M3: storage_[i] = 0x7F; break;
       case DType::kI32: {
         const int32_t bad = 0x7fffffff;
         std::memcpy(&storage_[i], &bad, 4);

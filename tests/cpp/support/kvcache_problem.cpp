@@ -88,7 +88,9 @@ int KVCacheProblem::pages_per_row() const {
 
 std::string KVCacheProblem::describe() const {
   std::ostringstream text;
-  text << "kvcache " << flashattn::to_string(dtype) << " b=" << batch << " h=" << nheads << "/"
+  text << "kvcache " << flashattn::to_string(dtype);
+  if (fp8_cache) text << (one_descale ? " e4m3 cache, one descale" : " e4m3 cache");
+  text << " b=" << batch << " h=" << nheads << "/"
        << nheads_k << " d=" << head_dim << " sq=" << seqlen_q << " cache=" << seqlen_cache;
   if (!cache_seqlens.empty()) {
     text << " seqlens[";
@@ -132,15 +134,16 @@ KVCacheInputs make_kvcache_inputs(const KVCacheProblem& p) {
     const std::vector<int32_t> pages = shuffled_range(p.batch * p.pages_per_row(), layout_rng);
     in.block_table = HostTensor(DType::kI32, {p.batch, p.pages_per_row()});
     for (size_t n = 0; n < pages.size(); ++n) in.block_table.set(int64_t(n), pages[n]);
-    in.k_cache = HostTensor(p.dtype, {p.batch * p.pages_per_row(), p.page_size, p.nheads_k,
-                                      p.head_dim});
+    in.k_cache = HostTensor(p.cache_dtype(), {p.batch * p.pages_per_row(), p.page_size,
+                                              p.nheads_k, p.head_dim});
   } else {
     if (p.cache_batch_idx) {
       std::vector<int32_t> rows = shuffled_range(p.batch_cache(), layout_rng);
       rows.resize(static_cast<size_t>(p.batch));
       in.cache_batch_idx = int32_tensor(rows);
     }
-    in.k_cache = HostTensor(p.dtype, {p.batch_cache(), p.capacity(), p.nheads_k, p.head_dim});
+    in.k_cache =
+        HostTensor(p.cache_dtype(), {p.batch_cache(), p.capacity(), p.nheads_k, p.head_dim});
   }
   in.v_cache = in.k_cache;
   fill_caches(p, &in, rng);
@@ -157,6 +160,14 @@ KVCacheInputs make_kvcache_inputs(const KVCacheProblem& p) {
   if (p.alibi) {
     in.alibi_slopes = HostTensor(DType::kF32, {p.nheads});
     in.alibi_slopes.fill_uniform(rng, 0.f, 0.5f);
+  }
+  if (p.fp8_cache) {
+    const std::vector<int64_t> shape =
+        p.one_descale ? std::vector<int64_t>{1} : std::vector<int64_t>{p.batch, p.nheads_k};
+    for (HostTensor* t : {&in.k_descale, &in.v_descale}) {
+      *t = HostTensor(DType::kF32, shape);
+      t->fill_uniform(rng, 0.25f, 2.f);
+    }
   }
   return in;
 }
@@ -200,6 +211,8 @@ flashattn::KVCacheArgs kvcache_args(const KVCacheProblem& p, const KVCacheInputs
   args.options.window_right = p.window_right;
   args.options.softcap = p.softcap;
   if (p.alibi) args.options.alibi_slopes = in.alibi_slopes.view();
+  args.descale.k = in.k_descale.view();
+  args.descale.v = in.v_descale.view();
   return args;
 }
 
@@ -244,9 +257,9 @@ CheckResult check_kvcache(const KVCacheProblem& problem, const Runner& runner) {
           tolerance_eps(DType::kF32, exact.lse, 64 * scale));
   // The appended (rotated) keys may differ by the rounding of the rotation.
   compare(&result, "k_cache", tested.k_cache, exact.k_cache, lowp.k_cache,
-          tolerance_eps(problem.dtype, exact.k_cache, scale));
+          tolerance_eps(problem.cache_dtype(), exact.k_cache, scale));
   compare(&result, "v_cache", tested.v_cache, exact.v_cache, lowp.v_cache,
-          tolerance_eps(problem.dtype, exact.v_cache, scale));
+          tolerance_eps(problem.cache_dtype(), exact.v_cache, scale));
   return result;
 }
 

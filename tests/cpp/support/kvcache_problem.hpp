@@ -21,6 +21,10 @@ struct KVCacheProblem {
   int seqlen_q = 1;
   int head_dim = 64;
   DType dtype = DType::kF16;
+  // An e4m3 cache (q, k_new, v_new and out stay in dtype), read through random descales
+  // per (batch, KV head), or one factor per tensor ([1]) with one_descale.
+  bool fp8_cache = false;
+  bool one_descale = false;
 
   int seqlen_cache = 128;          // positions per cache row (paged: rounded up to pages)
   std::vector<int> cache_seqlens;  // per batch entry; empty: random, leaving room for new
@@ -45,6 +49,7 @@ struct KVCacheProblem {
   double eps_scale = 1.0;
 
   bool paged() const { return page_size > 0; }
+  DType cache_dtype() const { return fp8_cache ? DType::kF8E4M3 : dtype; }
   int capacity() const;      // positions per batch entry's cache
   int batch_cache() const;   // rows of a contiguous cache
   int pages_per_row() const;
@@ -57,6 +62,7 @@ struct KVCacheInputs {
   HostTensor cache_seqlens, block_table, cache_batch_idx, cache_leftpad;
   HostTensor rotary_cos, rotary_sin;  // [capacity + seqlen_q, rotary_dim / 2]
   HostTensor alibi_slopes;
+  HostTensor k_descale, v_descale;  // FP8 caches only
 };
 // The same seed gives the same logical cache contents whatever the layout (paged or not),
 // so layouts can be compared with each other.

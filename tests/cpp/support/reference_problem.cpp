@@ -81,7 +81,7 @@ bool run_forwards(const Problem& problem, const Runner& runner, Runs* runs,
 
 void compare_forward(const Problem& problem, const Runs& runs, CheckResult* result) {
   compare(result, "out", runs.tested.out, runs.exact.out, runs.lowp.out,
-          tolerance_eps(problem.dtype, runs.exact.out, problem.eps_scale));
+          tolerance_eps(problem.out_type(), runs.exact.out, problem.eps_scale));
   // lse is fp32 whatever the inputs; a kernel's online softmax may lose a few more ulps
   // than the naive sum.
   compare(result, "lse", runs.tested.lse, runs.exact.lse, runs.lowp.lse,
@@ -111,6 +111,12 @@ int Problem::keys_of(int b) const {
 std::string Problem::describe() const {
   std::ostringstream text;
   text << flashattn::to_string(dtype) << " h=" << nheads << "/" << nheads_k << " d=" << head_dim;
+  if (fp8()) {
+    text << " out=" << flashattn::to_string(out_dtype)
+         << (descales == Descales::kNone     ? " no descales"
+             : descales == Descales::kOne ? " one descale each"
+                                          : " descales[b,hk]");
+  }
   if (dim_v() != head_dim) text << "/" << dim_v();
   if (varlen()) {
     text << " varlen q[";
@@ -144,7 +150,20 @@ Inputs make_inputs(const Problem& p) {
   in.k = head_tensor(p, rows_shape(p, p.seqlen_k, p.total_k(), p.nheads_k, p.head_dim));
   in.v = head_tensor(p, rows_shape(p, p.seqlen_k, p.total_k(), p.nheads_k, p.dim_v()));
   in.dout = head_tensor(p, rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.dim_v()));
-  for (HostTensor* t : {&in.q, &in.k, &in.v, &in.dout}) fill_random(t, p, rng);
+  for (HostTensor* t : {&in.q, &in.k, &in.v}) fill_random(t, p, rng);
+  if (p.fp8()) {
+    in.dout = HostTensor(p.out_type(), rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.dim_v()));
+    if (p.descales != Problem::Descales::kNone) {
+      const std::vector<int64_t> shape =
+          p.descales == Problem::Descales::kOne ? std::vector<int64_t>{1}
+                                                : std::vector<int64_t>{p.sequences(), p.nheads_k};
+      for (HostTensor* t : {&in.q_descale, &in.k_descale, &in.v_descale}) {
+        *t = HostTensor(DType::kF32, shape);
+        t->fill_uniform(rng, 0.25f, 2.f);
+      }
+    }
+  }
+  fill_random(&in.dout, p, rng);
   if (p.alibi) {
     in.alibi_slopes = p.alibi_per_batch ? HostTensor(DType::kF32, {p.sequences(), p.nheads})
                                         : HostTensor(DType::kF32, {p.nheads});
@@ -162,7 +181,8 @@ Inputs make_inputs(const Problem& p) {
 
 Outputs make_outputs(const Problem& p) {
   Outputs o;
-  o.out = head_tensor(p, rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.dim_v()));
+  o.out = p.fp8() ? HostTensor(p.out_type(), rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.dim_v()))
+                  : head_tensor(p, rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.dim_v()));
   o.lse = p.varlen() ? HostTensor(DType::kF32, {p.nheads, p.total_q()})
                      : HostTensor(DType::kF32, {p.batch, p.nheads, p.seqlen_q});
   o.dq = head_tensor(p, rows_shape(p, p.seqlen_q, p.total_q(), p.nheads, p.head_dim));
@@ -236,6 +256,7 @@ flashattn::ForwardArgs forward_args(const Problem& p, const Inputs& in, Outputs*
   args.lse = out->lse.view();
   args.varlen = varlen_layout(p, in);
   args.options = attention_options(p, in);
+  args.descale = {in.q_descale.view(), in.k_descale.view(), in.v_descale.view()};
   return args;
 }
 

@@ -26,6 +26,10 @@ struct Problem {
   int head_dim = 64;
   int head_dim_v = 0;  // 0: head_dim
   DType dtype = DType::kF16;
+  // FP8 (dtype kF8E4M3): out's dtype, and random descales per (batch, KV head) or, with
+  // one_descale, one factor per tensor ([1]); none: no descale tensors (factors of 1).
+  DType out_dtype = DType::kBF16;
+  enum class Descales { kNone, kPerHead, kOne } descales = Descales::kPerHead;
 
   bool causal = false;
   int window_left = -1;
@@ -52,6 +56,8 @@ struct Problem {
   double eps_scale = 1.0;   // loosens (or tightens) the eps of the tolerance rule
 
   bool varlen() const { return !seqlens_q.empty(); }
+  bool fp8() const { return dtype == DType::kF8E4M3; }
+  DType out_type() const { return fp8() ? out_dtype : dtype; }
   int sequences() const;
   int dim_v() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int total_q() const;  // rows of q: varlen sum, or batch * seqlen_q
@@ -69,6 +75,7 @@ struct Problem {
 
 struct Inputs {
   HostTensor q, k, v, dout;
+  HostTensor q_descale, k_descale, v_descale;  // FP8 problems with descales only
   HostTensor alibi_slopes;                        // empty unless alibi
   HostTensor cu_seqlens_q, cu_seqlens_k, seqused_k;  // empty unless varlen
 };
