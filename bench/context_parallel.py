@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from live_tensor_bytes import LiveTensorBytes
+
 # Estimated peak bytes per (local token x head x d) element, with headroom: the inputs,
 # received K/V blocks, fp32 accumulators and the library's per-call outputs
 # (flashattn/distributed/_ring_attention.py). Only used to skip sizes that cannot fit.
@@ -142,6 +144,11 @@ def measure(args, device, world, rank, variant, mode, seqlen):
             out.backward(dout)
             q.grad = k.grad = v.grad = None
 
+    # One untimed call with its tensors counted: the memory the code holds, on any device.
+    counter = LiveTensorBytes()
+    with counter:
+        step()
+    held = sum(x.untyped_storage().nbytes() for x in (q, k, v, dout)) + counter.peak
     times = []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -163,7 +170,8 @@ def measure(args, device, world, rank, variant, mode, seqlen):
             "causal": args.causal, "ms": seconds * 1e3,
             "tokens_per_s": args.batch * seqlen / seconds,
             "tflops_per_gpu": flops(args, seqlen, mode) / seconds / world / 1e12,
-            "peak_gib_per_gpu": peak, "device": torch.cuda.get_device_name(device)
+            "peak_gib_per_gpu": peak,
+            "counted_bytes_per_element": slowest(held, device) / q.numel(), "device": torch.cuda.get_device_name(device)
             if device.type == "cuda" else "cpu"}
 
 
@@ -228,7 +236,8 @@ def format_row(row):
     peak = "" if row["peak_gib_per_gpu"] is None else f" {row['peak_gib_per_gpu']:8.2f} GiB/GPU"
     return (f"W={row['world']} {row['variant']:>15} {row['mode']:>7} S={row['seqlen']:>8} "
             f"{row['ms']:10.2f} ms {row['tokens_per_s']:12.0f} tok/s "
-            f"{row['tflops_per_gpu']:8.3g} TFLOP/s/GPU{peak}")
+            f"{row['tflops_per_gpu']:8.3g} TFLOP/s/GPU{peak} "
+            f"{row['counted_bytes_per_element']:5.1f} B/element counted")
 
 
 def _spawned(rank, world, args, port, queue):

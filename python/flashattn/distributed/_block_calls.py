@@ -52,21 +52,24 @@ def _slopes_of(alibi_slopes, seqs):
     return alibi_slopes[index.to(alibi_slopes.device)]
 
 
-def forward(call, q, k, v, softmax_scale, softcap):
-    """(out, lse) of one call: out [rows_q, heads, d_v] in q's dtype, lse [heads, rows_q]
-    fp32, both over every query row (rows outside its rectangles: 0 and -inf)."""
+def forward(call, q, k, v, softmax_scale, softcap, out=None):
+    """(out, lse) of one call: out [rows_q, heads, d_v] in q's dtype (written into `out`
+    when given), lse [heads, rows_q] fp32, both over every query row (rows outside its
+    rectangles: 0 and -inf)."""
     out, lse, _ = _torch_ops.forward_with_options(
         q, k, v, call.cu_q, call.cu_k, None, call.max_q, call.max_k,
-        call.options(softmax_scale, softcap))
+        call.options(softmax_scale, softcap), out=out)
     if call.lse_shift is not None:
         lse += call.lse_shift
     return out, lse
 
 
-def backward(call, dout, q, k, v, out, lse, softmax_scale, softcap, deterministic):
-    """(dq, dk, dv) of one call, given the merged out and lse of the whole forward."""
+def backward(call, dout, q, k, v, out, lse, softmax_scale, softcap, deterministic,
+             grads=None):
+    """(dq, dk, dv) of one call, given the merged out and lse of the whole forward; written
+    into `grads` (tensors shaped like q, k, v, in their dtype) when given."""
     if call.lse_shift is not None:
         lse = lse - call.lse_shift
     return _torch_ops.backward_with_options(
         dout, q, k, v, out, lse, call.cu_q, call.cu_k, None, call.max_q, call.max_k,
-        call.options(softmax_scale, softcap), deterministic)
+        call.options(softmax_scale, softcap), deterministic, grads)

@@ -13,6 +13,11 @@ from ._merge import merge_into
 
 _KV_TAG, _DKV_TAG = 0, 2
 
+# The ring's sums (the running output, dQ, and the dK/dV sums that travel the ring) stay in
+# fp32 for 16-bit inputs: summed in the inputs' dtype, every merge and every hop would round
+# once more, and at 4 ranks dV drifted past the tests' tolerance (bench/RESULTS.md).
+SUM_DTYPE = torch.float32
+
 
 class RingPlan:
     """Everything of a ring call but the tensors: the ring, the device calls per step
@@ -27,96 +32,131 @@ class RingPlan:
         self.deterministic = deterministic
 
 
-def _block_of(plan, step, *like):
-    """Buffers for the block of the rank the ring brings at `step`: its rows, the rest of
-    `like`'s shape and dtype."""
-    rows = plan.rows[plan.ring.source(step)]
-    return [t.new_empty((rows, *t.shape[1:])) for t in like]
+def _blocks_around(plan, k, v):
+    """(step, k block, v block) for every step: this rank's own block, then each block as
+    it arrives from the previous rank. The next block's transfer runs while the caller
+    computes with the current one; two blocks at most are held at a time."""
+    ring = plan.ring
+    k_cur, v_cur = k, v
+    for step in range(ring.world):
+        pending = None
+        if step + 1 < ring.world:
+            rows = plan.rows[ring.source(step + 1)]
+            k_next, v_next = [t.new_empty((rows, *t.shape[1:])) for t in (k_cur, v_cur)]
+            pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
+        yield step, k_cur, v_cur
+        if pending is not None:
+            wait(pending)
+            k_cur, v_cur = k_next, v_next
 
 
-def _received(pending, received, dk, dv):
-    """The fp32 dK/dV of the block held now: what came from the previous rank (once it
-    has arrived) plus this rank's dk, dv; or dk, dv alone at the first step."""
-    if pending is None:
-        return [dk.float(), dv.float()]
-    wait(pending)
-    received[0].add_(dk)
-    received[1].add_(dv)
-    return received
+def _any_block(plan, like, dtype):
+    """A buffer that fits any rank's block: the most rows of any rank."""
+    return like.new_empty((max(plan.rows), *like.shape[1:]), dtype=dtype)
+
+
+def _first(buffers, rows):
+    return [b[:rows] for b in buffers]
+
+
+def _ring_forward(q, k, v, plan):
+    """(out, lse) of this rank's rows over every block, out in SUM_DTYPE."""
+    # The first call's result is the running one; the others go through `part`, one buffer
+    # for all of them, and merge into it in place.
+    out = lse = part = None
+    for step, k_cur, v_cur in _blocks_around(plan, k, v):
+        for call in plan.steps[step]:
+            if part is None and out is not None:
+                part = torch.empty_like(out, dtype=q.dtype)
+            result, result_lse = _block_calls.forward(call, q, k_cur, v_cur, plan.softmax_scale,
+                                                      plan.softcap, out=part)
+            if out is None:
+                out, lse = result.to(SUM_DTYPE), result_lse
+            else:
+                merge_into(out, lse, result, result_lse)
+    if out is None:  # no row of this rank sees any key
+        out = q.new_zeros((*q.shape[:-1], v.shape[-1]), dtype=SUM_DTYPE)
+        lse = q.new_full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
+    return out, lse
+
+
+def _ring_backward(dout, q, k, v, out, lse, plan):
+    """(dq, dk, dv) sums in SUM_DTYPE; dk and dv have the most rows of any rank,
+    this rank's own first."""
+    ring = plan.ring
+    dq = torch.zeros(q.shape, dtype=SUM_DTYPE, device=q.device)
+    # What one library call writes, reused by every call (dK/dV sized for any block).
+    parts = None
+    # The dK/dV sums of the block held now, and a second pair of buffers: while this rank
+    # adds to the first and sends it on, the second receives the next block's sums.
+    held_pair = free_pair = None
+    dkv_pending = None
+    for step, k_cur, v_cur in _blocks_around(plan, k, v):
+        rows = k_cur.shape[0]
+        arrived = step == 0  # the first block is this rank's own: no sums to receive
+        for call in plan.steps[step]:
+            if parts is None:
+                parts = [torch.empty_like(q), _any_block(plan, k, k.dtype),
+                         _any_block(plan, v, v.dtype)]
+            dq_c, dk_c, dv_c = _block_calls.backward(
+                call, dout, q, k_cur, v_cur, out, lse, plan.softmax_scale, plan.softcap,
+                plan.deterministic, grads=(parts[0], *_first(parts[1:], rows)))
+            dq.add_(dq_c)
+            # The previous rank's sums arrive while this rank computes its first part.
+            if not arrived:
+                wait(dkv_pending)
+                dkv_pending, arrived = None, True
+            if held_pair is None:
+                held_pair = [_any_block(plan, x, SUM_DTYPE) for x in (k, v)]
+                for total, mine in zip(_first(held_pair, rows), (dk_c, dv_c)):
+                    total.copy_(mine)
+            else:
+                for total, mine in zip(_first(held_pair, rows), (dk_c, dv_c)):
+                    total.add_(mine)
+        if not arrived:  # no row of this rank sees the block: its sums go on as they came
+            wait(dkv_pending)
+            dkv_pending = None
+        if held_pair is None:  # (step 0 only) no row of this rank sees its own keys
+            held_pair = [_any_block(plan, x, SUM_DTYPE).zero_() for x in (k, v)]
+        if ring.world > 1:
+            # The sums sent at the last step have left (the wait above), so their buffers
+            # receive the next block's; after the last step this hop takes each block home.
+            if free_pair is None:
+                free_pair = [_any_block(plan, x, SUM_DTYPE) for x in (k, v)]
+            receive_rows = plan.rows[ring.source(step + 1)]
+            dkv_pending = ring.start(_first(held_pair, rows), _first(free_pair, receive_rows),
+                                     _DKV_TAG)
+            held_pair, free_pair = free_pair, held_pair
+    wait(dkv_pending)
+    return dq, held_pair[0], held_pair[1]
+
+
+def _gradient(total, rows, dtype):
+    """The first `rows` of a block's sum as a tensor of its own in `dtype` (a view would
+    keep a larger buffer alive with it)."""
+    if total.dtype != dtype:
+        return total[:rows].to(dtype)
+    return total if total.shape[0] == rows else total[:rows].clone()
 
 
 class RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan):
-        ring = plan.ring
         k, v = k.contiguous(), v.contiguous()  # they are sent as they are
-        out_acc = q.new_zeros((*q.shape[:-1], v.shape[-1]), dtype=torch.float32)
-        lse_acc = q.new_full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
-        k_cur, v_cur = k, v
-        for step, calls in enumerate(plan.steps):
-            pending = None
-            if step + 1 < ring.world:
-                k_next, v_next = _block_of(plan, step + 1, k_cur, v_cur)
-                pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
-            for call in calls:
-                out, lse = _block_calls.forward(call, q, k_cur, v_cur, plan.softmax_scale,
-                                          plan.softcap)
-                merge_into(out_acc, lse_acc, out, lse)
-            if pending is not None:
-                wait(pending)
-                k_cur, v_cur = k_next, v_next
-        out = out_acc.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, lse_acc)
+        out, lse = _ring_forward(q, k, v, plan)
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
         ctx.plan = plan
-        ctx.mark_non_differentiable(lse_acc)
+        ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
-        return out, lse_acc
+        return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        plan, ring = ctx.plan, ctx.plan.ring
         if grad_out is None:
             return None, None, None, None
-        dout = grad_out.contiguous()
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        k_cur, v_cur = k, v
-        dkv_pending = dkv_in = dkv_out = None
-        for step, calls in enumerate(plan.steps):
-            kv_pending = None
-            if step + 1 < ring.world:
-                k_next, v_next = _block_of(plan, step + 1, k_cur, v_cur)
-                kv_pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
-            # dK/dV of the block held now, in fp32: what the previous ranks added to it
-            # arrives while this rank computes its first part, and the sum travels on.
-            held = None
-            for call in calls:
-                dq_c, dk_c, dv_c = _block_calls.backward(call, dout, q, k_cur, v_cur, out, lse,
-                                                         plan.softmax_scale, plan.softcap,
-                                                         plan.deterministic)
-                dq += dq_c
-                if held is None:
-                    held = _received(dkv_pending, dkv_in, dk_c, dv_c)
-                    dkv_pending = None
-                else:
-                    held[0].add_(dk_c)
-                    held[1].add_(dv_c)
-            if held is None:  # no row of this rank sees the block: pass it on as it came
-                if dkv_pending is None:
-                    held = [x.new_zeros(x.shape, dtype=torch.float32) for x in (k_cur, v_cur)]
-                else:
-                    wait(dkv_pending)
-                    held, dkv_pending = dkv_in, None
-            if ring.world > 1:
-                # After the last step this hop takes each block's gradients home.
-                dkv_out = held
-                dkv_in = _block_of(plan, step + 1, *held)
-                dkv_pending = ring.start(dkv_out, dkv_in, _DKV_TAG)
-            else:
-                dkv_in = held
-            if kv_pending is not None:
-                wait(kv_pending)
-                k_cur, v_cur = k_next, v_next
-        wait(dkv_pending)
-        dk, dv = dkv_in
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
+        dq, dk, dv = _ring_backward(grad_out.contiguous(), q, k, v, out, lse, ctx.plan)
+        dq = dq.to(q.dtype)
+        dk = _gradient(dk, k.shape[0], k.dtype)
+        return dq, dk, _gradient(dv, v.shape[0], v.dtype), None
