@@ -142,6 +142,58 @@ def test_torch_context_parallel_runs_flashattn_kernels(ranks):
         assert error <= TOLERANCE["float32"], f"{name}: {error}"
 
 
+def _bench_module(name):
+    import importlib
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bench = os.path.join(root, "bench")
+    if not os.path.exists(os.path.join(bench, name + ".py")):
+        pytest.skip("bench/ is not part of this checkout")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    return importlib.import_module(name)
+
+
+def test_live_tensor_bytes_counts_the_tensors_alive_at_once():
+    counter = _bench_module("live_tensor_bytes").LiveTensorBytes()
+    with counter:
+        a = torch.empty(1000)                   # 4000 bytes
+        b = a.to(torch.float64)                 # 8000
+        view = b[10:]                           # a view: nothing new
+        b.add_(1)                               # in place: nothing new
+        del a, b                                # a freed; b's storage lives on in view
+        c = torch.zeros(250, dtype=torch.int32)  # 1000
+        assert counter.live == 9000
+        del view
+    assert counter.peak == 12000 and counter.live == 1000
+    del c
+    assert counter.live == 0
+
+
+@pytest.mark.parametrize("dtype,heads_k", [("bfloat16", 4), ("bfloat16", 1), ("float32", 4)],
+                         ids=["bf16", "bf16_mqa", "fp32"])
+def test_ring_holds_each_buffer_once(ranks, dtype, heads_k):
+    """The most bytes of tensors the ring holds at once, per element of a rank's q, counted
+    on every rank against the buffers the design needs: the forward's fp32 running output
+    and one result buffer; the backward's saved output, fp32 dQ, one set of per-call
+    results and two fp32 dK/dV pairs (one sending, one receiving); in both, the K/V block
+    arriving and, from 3 ranks on, the one received before it (the rank's own block is its
+    input). Tensors the size of lse ([heads, rows] fp32) are the slack."""
+    _bench_module("live_tensor_bytes")
+    heads, dim = 4, 32
+    size = {"bfloat16": 2, "float32": 4}[dtype]
+    kv = heads_k / heads  # K/V elements per q element
+    blocks = 2 * size * kv * (1 if ranks.world == 2 else 2)
+    forward = 4 + size + blocks
+    backward = size + 4 + size * (1 + 2 * kv) + blocks + 2 * 2 * 4 * kv
+    slack = 8 * 4 / dim
+    counted = ranks.run(CASES, "ring_memory", dtype=dtype, heads=heads, heads_k=heads_k,
+                        dim=dim)
+    assert counted["forward"] <= forward + slack, (counted, forward)
+    assert counted["forward_backward"] <= backward + slack, (counted, backward)
+
+
 def test_needs_an_initialized_process_group():
     """In this (parent) process no process group exists: a clear error, not a hang."""
     from flashattn.distributed import ring_flash_attn_func

@@ -32,22 +32,28 @@ class RingPlan:
         self.deterministic = deterministic
 
 
-def _blocks_around(plan, k, v):
-    """(step, k block, v block) for every step: this rank's own block, then each block as
-    it arrives from the previous rank. The next block's transfer runs while the caller
-    computes with the current one; two blocks at most are held at a time."""
-    ring = plan.ring
-    k_cur, v_cur = k, v
-    for step in range(ring.world):
-        pending = None
+class _Blocks:
+    """The K/V block this rank computes with (its own at step 0, then each block as it
+    arrives from the previous rank) and the next one, whose transfer runs meanwhile: two
+    blocks at most are alive, as long as callers keep no reference of their own."""
+
+    def __init__(self, plan, k, v):
+        self.plan, self.k, self.v = plan, k, v
+        self._next = self._pending = None
+
+    def start_next(self, step):
+        """Starts receiving the block of step + 1 (none after the last step)."""
+        ring = self.plan.ring
         if step + 1 < ring.world:
-            rows = plan.rows[ring.source(step + 1)]
-            k_next, v_next = [t.new_empty((rows, *t.shape[1:])) for t in (k_cur, v_cur)]
-            pending = ring.start((k_cur, v_cur), (k_next, v_next), _KV_TAG)
-        yield step, k_cur, v_cur
-        if pending is not None:
-            wait(pending)
-            k_cur, v_cur = k_next, v_next
+            rows = self.plan.rows[ring.source(step + 1)]
+            self._next = [t.new_empty((rows, *t.shape[1:])) for t in (self.k, self.v)]
+            self._pending = ring.start((self.k, self.v), self._next, _KV_TAG)
+
+    def advance(self):
+        """The block received replaces the current one."""
+        if self._pending is not None:
+            wait(self._pending)
+            (self.k, self.v), self._next, self._pending = self._next, None, None
 
 
 def _any_block(plan, like, dtype):
@@ -62,18 +68,22 @@ def _first(buffers, rows):
 def _ring_forward(q, k, v, plan):
     """(out, lse) of this rank's rows over every block, out in SUM_DTYPE."""
     # The first call's result is the running one; the others go through `part`, one buffer
-    # for all of them, and merge into it in place.
+    # for all of them (the first result's own, once copied to fp32), and merge into it.
     out = lse = part = None
-    for step, k_cur, v_cur in _blocks_around(plan, k, v):
-        for call in plan.steps[step]:
+    blocks = _Blocks(plan, k, v)
+    for step, calls in enumerate(plan.steps):
+        blocks.start_next(step)
+        for call in calls:
             if part is None and out is not None:
                 part = torch.empty_like(out, dtype=q.dtype)
-            result, result_lse = _block_calls.forward(call, q, k_cur, v_cur, plan.softmax_scale,
-                                                      plan.softcap, out=part)
+            result, result_lse = _block_calls.forward(call, q, blocks.k, blocks.v,
+                                                      plan.softmax_scale, plan.softcap, out=part)
             if out is None:
                 out, lse = result.to(SUM_DTYPE), result_lse
+                part = result if out is not result else None
             else:
                 merge_into(out, lse, result, result_lse)
+        blocks.advance()
     if out is None:  # no row of this rank sees any key
         out = q.new_zeros((*q.shape[:-1], v.shape[-1]), dtype=SUM_DTYPE)
         lse = q.new_full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
@@ -91,15 +101,17 @@ def _ring_backward(dout, q, k, v, out, lse, plan):
     # adds to the first and sends it on, the second receives the next block's sums.
     held_pair = free_pair = None
     dkv_pending = None
-    for step, k_cur, v_cur in _blocks_around(plan, k, v):
-        rows = k_cur.shape[0]
+    blocks = _Blocks(plan, k, v)
+    for step, calls in enumerate(plan.steps):
+        blocks.start_next(step)
+        rows = blocks.k.shape[0]
         arrived = step == 0  # the first block is this rank's own: no sums to receive
-        for call in plan.steps[step]:
+        for call in calls:
             if parts is None:
                 parts = [torch.empty_like(q), _any_block(plan, k, k.dtype),
                          _any_block(plan, v, v.dtype)]
             dq_c, dk_c, dv_c = _block_calls.backward(
-                call, dout, q, k_cur, v_cur, out, lse, plan.softmax_scale, plan.softcap,
+                call, dout, q, blocks.k, blocks.v, out, lse, plan.softmax_scale, plan.softcap,
                 plan.deterministic, grads=(parts[0], *_first(parts[1:], rows)))
             dq.add_(dq_c)
             # The previous rank's sums arrive while this rank computes its first part.
@@ -127,6 +139,7 @@ def _ring_backward(dout, q, k, v, out, lse, plan):
             dkv_pending = ring.start(_first(held_pair, rows), _first(free_pair, receive_rows),
                                      _DKV_TAG)
             held_pair, free_pair = free_pair, held_pair
+        blocks.advance()
     wait(dkv_pending)
     return dq, held_pair[0], held_pair[1]
 
