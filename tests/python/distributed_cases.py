@@ -317,3 +317,16 @@ def ring_memory(rank, world, layout="zigzag", causal=True, dtype="bfloat16", bat
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
         peaks.append(float(peak))
     return {"forward": peaks[0], "forward_backward": peaks[1]}
+
+
+def in_head_passes(rank, world, case, row_heads_per_pass, **kwargs):
+    """`case` with the ring's smallest pass over a group of heads set to
+    row_heads_per_pass (query row, head) pairs: test sizes are far below the default, so
+    the ring would otherwise always run all heads in one pass."""
+    from flashattn.distributed import _ring_attention
+    saved = _ring_attention.MIN_ROW_HEADS_PER_PASS
+    _ring_attention.MIN_ROW_HEADS_PER_PASS = row_heads_per_pass
+    try:
+        return globals()[case](rank, world, **kwargs)
+    finally:
+        _ring_attention.MIN_ROW_HEADS_PER_PASS = saved

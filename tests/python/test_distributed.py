@@ -171,27 +171,49 @@ def test_live_tensor_bytes_counts_the_tensors_alive_at_once():
     assert counter.live == 0
 
 
-@pytest.mark.parametrize("dtype,heads_k", [("bfloat16", 4), ("bfloat16", 1), ("float32", 4)],
-                         ids=["bf16", "bf16_mqa", "fp32"])
-def test_ring_holds_each_buffer_once(ranks, dtype, heads_k):
+@pytest.mark.parametrize("passes", ["one_pass", "pass_per_kv_head"])
+@pytest.mark.parametrize("dtype,heads_k", [("bfloat16", 4), ("bfloat16", 2), ("bfloat16", 1),
+                                           ("float32", 4)], ids=["bf16", "bf16_gqa", "bf16_mqa",
+                                                                 "fp32"])
+def test_ring_holds_each_buffer_once(ranks, dtype, heads_k, passes):
     """The most bytes of tensors the ring holds at once, per element of a rank's q, counted
-    on every rank against the buffers the design needs: the forward's fp32 running output
-    and one result buffer; the backward's saved output, fp32 dQ, one set of per-call
-    results and two fp32 dK/dV pairs (one sending, one receiving); in both, the K/V block
-    arriving and, from 3 ranks on, the one received before it (the rank's own block is its
-    input). Tensors the size of lse ([heads, rows] fp32) are the slack."""
+    on every rank against the buffers the design needs. A pass over a group of heads holds
+    the forward's fp32 running output and one result buffer, the backward's fp32 dQ, one
+    set of per-call results and two fp32 dK/dV pairs (one sending, one receiving), in both
+    the K/V block arriving and, from 3 ranks on, the one received before it, and with
+    several passes a copy of its own K/V heads to send. Beside the passes: the output
+    (saved for the backward) and, with several passes, dq, dk, dv filled pass by pass.
+    Tensors the size of lse ([heads, rows] fp32) are the slack."""
     _bench_module("live_tensor_bytes")
     heads, dim = 4, 32
     size = {"bfloat16": 2, "float32": 4}[dtype]
     kv = heads_k / heads  # K/V elements per q element
+    count = heads_k if passes == "pass_per_kv_head" else 1
     blocks = 2 * size * kv * (1 if ranks.world == 2 else 2)
-    forward = 4 + size + blocks
-    backward = size + 4 + size * (1 + 2 * kv) + blocks + 2 * 2 * 4 * kv
+    own_kv = 2 * size * kv if count > 1 else 0
+    per_call = size * (1 + 2 * kv)
+    forward = (4 + size + blocks + own_kv) / count + (size if count > 1 else 0)
+    backward = (4 + per_call + blocks + 2 * 2 * 4 * kv + own_kv) / count + size
+    backward += per_call if count > 1 else 0
     slack = 8 * 4 / dim
-    counted = ranks.run(CASES, "ring_memory", dtype=dtype, heads=heads, heads_k=heads_k,
-                        dim=dim)
+    counted = ranks.run(CASES, "in_head_passes", case="ring_memory",
+                        row_heads_per_pass=1 if count > 1 else 1 << 40, dtype=dtype,
+                        heads=heads, heads_k=heads_k, dim=dim)
     assert counted["forward"] <= forward + slack, (counted, forward)
     assert counted["forward_backward"] <= backward + slack, (counted, backward)
+
+
+@pytest.mark.parametrize("case,options", [
+    ("dense", dict(layout="zigzag", causal=True, alibi="per_batch", heads=8, heads_k=4)),
+    ("dense", dict(layout="contiguous", window=(5, 2), softcap=2.0, heads=4, heads_k=2,
+                   dtype="bfloat16")),
+    ("varlen", dict(seqlens=(40, 9, 1, 24), causal=False, alibi="shared", window=(7, 3))),
+], ids=["zigzag_alibi_gqa", "window_softcap_bf16", "varlen_uneven_alibi"])
+def test_ring_in_head_passes(ranks, case, options):
+    """The ring run once per KV head (each with its query heads): ALiBi's slopes and lse
+    shifts, windows and uneven shards per pass."""
+    _check(ranks.run(CASES, "in_head_passes", case=case, row_heads_per_pass=1, seed=12,
+                     **options), options.get("dtype", "float32"))
 
 
 def test_needs_an_initialized_process_group():

@@ -1,5 +1,7 @@
 """One ring step's planned calls (_blocks.Call) run through flashattn's own forward and
 backward (the computations behind torch.ops.flashattn.forward / backward)."""
+import copy
+
 import torch
 
 from .. import _torch_ops
@@ -32,6 +34,15 @@ class DeviceCall:
                 row_shift[r.q_start:r.q_start + r.q_len] = float(r.alibi_shift)
             per_row = _slopes_of(alibi_slopes, row_seq.to(device))  # [rows, heads]
             self.lse_shift = (per_row * row_shift.to(device)[:, None]).t().contiguous()
+
+    def for_heads(self, heads):
+        """This call on the query heads `heads` (a slice) alone."""
+        part = copy.copy(self)
+        if self.slopes is not None:
+            part.slopes = self.slopes[:, heads].contiguous()
+        if self.lse_shift is not None:
+            part.lse_shift = self.lse_shift[heads].contiguous()
+        return part
 
     def options(self, softmax_scale, softcap):
         return Options(softmax_scale, False, self.window, softcap, self.slopes)

@@ -18,6 +18,10 @@ _KV_TAG, _DKV_TAG = 0, 2
 # once more, and at 4 ranks dV drifted past the tests' tolerance (bench/RESULTS.md).
 SUM_DTYPE = torch.float32
 
+# The smallest pass over a group of heads, in (query row, head) pairs: more passes hold
+# less at a time, but each pass's calls must stay large enough to fill the device.
+MIN_ROW_HEADS_PER_PASS = 1 << 19
+
 
 class RingPlan:
     """Everything of a ring call but the tensors: the ring, the device calls per step
@@ -30,6 +34,30 @@ class RingPlan:
         self.softmax_scale = softmax_scale
         self.softcap = softcap
         self.deterministic = deterministic
+
+    def for_heads(self, heads):
+        """The plan of a pass over the query heads `heads` (a slice) alone."""
+        steps = [[call.for_heads(heads) for call in calls] for calls in self.steps]
+        return RingPlan(self.ring, steps, self.rows, self.softmax_scale, self.softcap,
+                        self.deterministic)
+
+
+def head_passes(plan, heads, heads_k):
+    """[(query heads, KV heads, plan)]: the ring runs once per group of KV heads (with
+    their query heads), as many groups as divide heads_k while each keeps at least
+    MIN_ROW_HEADS_PER_PASS (query row, head) pairs of an average rank. Every buffer of a
+    pass shrinks with the group; the ranks agree since they share rows and heads."""
+    rows = sum(plan.rows) // plan.ring.world
+    count = max(g for g in range(1, heads_k + 1)
+                if heads_k % g == 0 and (g == 1 or rows * heads >= g * MIN_ROW_HEADS_PER_PASS))
+    if count == 1:
+        return [(slice(None), slice(None), plan)]
+    per_q, per_k = heads // count, heads_k // count
+    passes = []
+    for i in range(count):
+        q_heads = slice(i * per_q, (i + 1) * per_q)
+        passes.append((q_heads, slice(i * per_k, (i + 1) * per_k), plan.for_heads(q_heads)))
+    return passes
 
 
 class _Blocks:
@@ -155,11 +183,20 @@ def _gradient(total, rows, dtype):
 class RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan):
-        k, v = k.contiguous(), v.contiguous()  # they are sent as they are
-        out, lse = _ring_forward(q, k, v, plan)
-        out = out.to(q.dtype)
+        passes = head_passes(plan, q.shape[1], k.shape[1])
+        if len(passes) == 1:
+            k, v = k.contiguous(), v.contiguous()  # they are sent as they are
+            out, lse = _ring_forward(q, k, v, plan)
+            out = out.to(q.dtype)
+        else:
+            out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+            lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+            for q_heads, kv_heads, pass_plan in passes:
+                out[:, q_heads], lse[q_heads] = _ring_forward(
+                    q[:, q_heads], k[:, kv_heads].contiguous(), v[:, kv_heads].contiguous(),
+                    pass_plan)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.plan = plan
+        ctx.passes = passes
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
         return out, lse
@@ -169,7 +206,21 @@ class RingAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if grad_out is None:
             return None, None, None, None
-        dq, dk, dv = _ring_backward(grad_out.contiguous(), q, k, v, out, lse, ctx.plan)
-        dq = dq.to(q.dtype)
-        dk = _gradient(dk, k.shape[0], k.dtype)
-        return dq, dk, _gradient(dv, v.shape[0], v.dtype), None
+        dout = grad_out.contiguous()
+        if len(ctx.passes) == 1:
+            dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, ctx.passes[0][2])
+            dq = dq.to(q.dtype)
+            dk = _gradient(dk, k.shape[0], k.dtype)
+            return dq, dk, _gradient(dv, v.shape[0], v.dtype), None
+        # Several passes: each adds its heads' gradients to these, its sums then freed.
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        rows_k = k.shape[0]
+        for q_heads, kv_heads, pass_plan in ctx.passes:
+            sums = _ring_backward(dout[:, q_heads], q[:, q_heads], k[:, kv_heads].contiguous(),
+                                  v[:, kv_heads].contiguous(), out[:, q_heads], lse[q_heads],
+                                  pass_plan)
+            dq[:, q_heads] = sums[0]
+            dk[:, kv_heads] = sums[1][:rows_k]
+            dv[:, kv_heads] = sums[2][:rows_k]
+            del sums
+        return dq, dk, dv, None
