@@ -244,4 +244,4 @@ def test_context_parallel_benchmark_smoke(tmp_path):
     assert {(r["world"], r["variant"], r["mode"]) for r in measured} == {
         (1, "single", "fwd"), (1, "single", "fwd+bwd"), (2, "ring-zigzag", "fwd"),
         (2, "ring-zigzag", "fwd+bwd"), (2, "ulysses", "fwd"), (2, "ulysses", "fwd+bwd")}
-    assert all(r["tokens_per_s"] > 0 for r in measured)
+    assert all(r["tokens_per_s"] > 0 and r["counted_bytes_per_element"] > 0 for r in measured)

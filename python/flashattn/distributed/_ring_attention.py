@@ -4,6 +4,11 @@ through their lse; in the backward dK/dV travel with their blocks back to their 
 Works on packed tensors (q [rows, heads, d], k/v [rows_k, heads_k, d]); ring.py turns
 dense calls into packed ones. The plan (which library calls each step makes) is computed
 once, from every rank's geometry, and serves both directions.
+
+Memory: each sum has one fp32 copy, the library writes its per-call results into buffers
+allocated once, and only what is in flight is double-buffered (the K/V block arriving,
+the dK/dV sums arriving). On long sequences the ring runs once per group of KV heads, so
+that all of these buffers are the size of one group.
 """
 import torch
 
@@ -42,14 +47,18 @@ class RingPlan:
                         self.deterministic)
 
 
+def pass_count(rows, heads, heads_k):
+    """How many groups of KV heads the ring runs one at a time, for ranks of `rows` rows."""
+    return max(g for g in range(1, heads_k + 1)
+               if heads_k % g == 0 and (g == 1 or rows * heads >= g * MIN_ROW_HEADS_PER_PASS))
+
+
 def head_passes(plan, heads, heads_k):
     """[(query heads, KV heads, plan)]: the ring runs once per group of KV heads (with
     their query heads), as many groups as divide heads_k while each keeps at least
     MIN_ROW_HEADS_PER_PASS (query row, head) pairs of an average rank. Every buffer of a
     pass shrinks with the group; the ranks agree since they share rows and heads."""
-    rows = sum(plan.rows) // plan.ring.world
-    count = max(g for g in range(1, heads_k + 1)
-                if heads_k % g == 0 and (g == 1 or rows * heads >= g * MIN_ROW_HEADS_PER_PASS))
+    count = pass_count(sum(plan.rows) // plan.ring.world, heads, heads_k)
     if count == 1:
         return [(slice(None), slice(None), plan)]
     per_q, per_k = heads // count, heads_k // count
