@@ -19,9 +19,9 @@ forward, halved under a causal mask, and 2.5x that for the backward; TFLOP/s per
 divides by the world size. Time is the slowest rank's, median over --iters after
 --warmup. Memory: the GPU allocator's peak, and on any device the bytes of tensors one
 untimed call holds at most (bench/live_tensor_bytes.py), per element of a rank's q, beside
-the estimate the size checks use. A size whose estimated memory does not fit a GPU is reported as skipped
-rather than attempted, since an out-of-memory error on one rank would leave the others
-waiting in the ring.
+the estimate the size checks use. A size whose estimated memory does not fit a GPU is
+reported as skipped rather than attempted, since an out-of-memory error on one rank would
+leave the others waiting in the ring.
 """
 import argparse
 import json

@@ -208,7 +208,9 @@ def test_ring_holds_each_buffer_once(ranks, dtype, heads_k, passes):
     ("dense", dict(layout="contiguous", window=(5, 2), softcap=2.0, heads=4, heads_k=2,
                    dtype="bfloat16")),
     ("varlen", dict(seqlens=(40, 9, 1, 24), causal=False, alibi="shared", window=(7, 3))),
-], ids=["zigzag_alibi_gqa", "window_softcap_bf16", "varlen_uneven_alibi"])
+    ("dense", dict(variant="hybrid", ulysses_size=2, layout="zigzag", causal=True,
+                   alibi="per_batch", heads=8, heads_k=4)),
+], ids=["zigzag_alibi_gqa", "window_softcap_bf16", "varlen_uneven_alibi", "hybrid"])
 def test_ring_in_head_passes(ranks, case, options):
     """The ring run once per KV head (each with its query heads): ALiBi's slopes and lse
     shifts, windows and uneven shards per pass."""
