@@ -17,9 +17,11 @@ and the CPU backend; --smoke picks sizes a laptop finishes in seconds:
 FLOPs are counted as FlashAttention's benchmarks do: 4 * seqlen^2 * heads * d per
 forward, halved under a causal mask, and 2.5x that for the backward; TFLOP/s per GPU
 divides by the world size. Time is the slowest rank's, median over --iters after
---warmup. A size whose estimated memory does not fit a GPU is reported as skipped
-rather than attempted, since an out-of-memory error on one rank would leave the others
-waiting in the ring.
+--warmup. Memory: the GPU allocator's peak, and on any device the bytes of tensors one
+untimed call holds at most (bench/live_tensor_bytes.py), per element of a rank's q, beside
+the estimate the size checks use. A size whose estimated memory does not fit a GPU is
+reported as skipped rather than attempted, since an out-of-memory error on one rank would
+leave the others waiting in the ring.
 """
 import argparse
 import json
@@ -33,13 +35,40 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-# Estimated peak bytes per (local token x head x d) element, with headroom: the inputs,
-# received K/V blocks, fp32 accumulators and the library's per-call outputs
-# (flashattn/distributed/_ring_attention.py). Only used to skip sizes that cannot fit.
+from flashattn.distributed._ring_attention import pass_count
+from live_tensor_bytes import LiveTensorBytes
+
+# Estimated peak bytes per (local token x head x d) element for 16-bit inputs, with
+# headroom: the inputs, outputs, the library's per-call outputs and workspace. The ring's
+# is worked out from its design (ring_bytes_per_element). Only used to skip sizes that
+# cannot fit.
 BYTES_PER_ELEMENT = {("single", "fwd"): 12, ("single", "fwd+bwd"): 28,
-                     ("ring", "fwd"): 28, ("ring", "fwd+bwd"): 56,
-                     ("ulysses", "fwd"): 20, ("ulysses", "fwd+bwd"): 44}
+                     ("ulysses", "fwd"): 24, ("ulysses", "fwd+bwd"): 44}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def ring_bytes_per_element(args, world, mode, seqlen):
+    """The ring's peak bytes per element of a rank's q, from the buffers its design holds
+    (flashattn/distributed/_ring_attention.py; tests/python/test_distributed.py checks the
+    same sum against the tensors counted on the CPU), plus the inputs (q, k, v, dout) and
+    the CUDA backward's fp32 dQ workspace of each call, which the CPU count cannot see."""
+    size = DTYPES[args.dtype].itemsize
+    kv = args.heads_k / args.heads  # K/V elements per q element
+    count = pass_count(args.batch * seqlen // world, args.heads, args.heads_k)
+    blocks = 2 * size * kv * (1 if world == 2 else 2)  # the block arriving (and the one before)
+    own_kv = 2 * size * kv if count > 1 else 0  # a pass's own K/V heads, copied to be sent
+    inputs = size * (2 + 2 * kv)
+    if mode == "fwd":
+        return inputs + (size if count > 1 else 0) + (4 + size + blocks + own_kv) / count
+    per_call = size * (1 + 2 * kv)  # dq, dk, dv of one call
+    return (inputs + size + (per_call if count > 1 else 0)
+            + (4 + per_call + blocks + 2 * 2 * 4 * kv + own_kv + 4) / count)
+
+
+def estimated_bytes_per_element(args, world, kind, mode, seqlen):
+    if kind == "ring":
+        return ring_bytes_per_element(args, world, mode, seqlen)
+    return BYTES_PER_ELEMENT[(kind, mode)]
 
 
 def parse_args(argv=None):
@@ -118,7 +147,7 @@ def fits(args, device, world, kind, mode, seqlen):
     if device.type != "cuda" or args.assume_fits:
         return True
     elements = args.batch * (seqlen // world) * args.heads * args.dim
-    need = elements * BYTES_PER_ELEMENT[(kind, mode)]
+    need = elements * estimated_bytes_per_element(args, world, kind, mode, seqlen)
     free, _ = torch.cuda.mem_get_info(device)
     # Every rank decides alike: the smallest free memory over the ranks.
     return need <= 0.92 * -slowest(-free, device)
@@ -142,6 +171,11 @@ def measure(args, device, world, rank, variant, mode, seqlen):
             out.backward(dout)
             q.grad = k.grad = v.grad = None
 
+    # One untimed call with its tensors counted: the memory the code holds, on any device.
+    counter = LiveTensorBytes()
+    with counter:
+        step()
+    held = sum(x.untyped_storage().nbytes() for x in (q, k, v, dout)) + counter.peak
     times = []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -163,7 +197,11 @@ def measure(args, device, world, rank, variant, mode, seqlen):
             "causal": args.causal, "ms": seconds * 1e3,
             "tokens_per_s": args.batch * seqlen / seconds,
             "tflops_per_gpu": flops(args, seqlen, mode) / seconds / world / 1e12,
-            "peak_gib_per_gpu": peak, "device": torch.cuda.get_device_name(device)
+            "peak_gib_per_gpu": peak,
+            "counted_bytes_per_element": slowest(held, device) / q.numel(),
+            "estimated_bytes_per_element": estimated_bytes_per_element(
+                args, world, variant.split("-")[0] if world > 1 else "single", mode, seqlen),
+            "device": torch.cuda.get_device_name(device)
             if device.type == "cuda" else "cpu"}
 
 
@@ -228,7 +266,9 @@ def format_row(row):
     peak = "" if row["peak_gib_per_gpu"] is None else f" {row['peak_gib_per_gpu']:8.2f} GiB/GPU"
     return (f"W={row['world']} {row['variant']:>15} {row['mode']:>7} S={row['seqlen']:>8} "
             f"{row['ms']:10.2f} ms {row['tokens_per_s']:12.0f} tok/s "
-            f"{row['tflops_per_gpu']:8.3g} TFLOP/s/GPU{peak}")
+            f"{row['tflops_per_gpu']:8.3g} TFLOP/s/GPU{peak} "
+            f"{row['counted_bytes_per_element']:5.1f} B/element counted "
+            f"({row['estimated_bytes_per_element']:.1f} estimated)")
 
 
 def _spawned(rank, world, args, port, queue):

@@ -288,3 +288,45 @@ def torch_context_parallel(rank, world, seed=0, heads=4, seqlen=32, dim=8):
                 "dv": whole[2].grad}
     return {"calls": sorted(set(calls)),
             **{name: float((got[name] - expected[name]).abs().max()) for name in got}}
+
+
+def ring_memory(rank, world, layout="zigzag", causal=True, dtype="bfloat16", batch=1,
+                seqlen=64, heads=4, heads_k=4, dim=32):
+    """The most bytes of tensors the ring holds at once on any rank (above its inputs and
+    dout), per element of the rank's q, for the forward and for forward + backward
+    (bench/live_tensor_bytes.py counts them)."""
+    import os
+    import sys
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+    sys.path.insert(0, bench)
+    from live_tensor_bytes import LiveTensorBytes
+    generator = torch.Generator().manual_seed(rank)
+    shapes = [(batch, seqlen // world, h, dim) for h in (heads, heads_k, heads_k, heads)]
+    q, k, v, dout = (torch.randn(s, generator=generator).to(DTYPES[dtype]) for s in shapes)
+    for x in (q, k, v):
+        x.requires_grad_()
+    peaks = []
+    for backward in (False, True):
+        with LiveTensorBytes() as counter:
+            out = ring_flash_attn_func(q, k, v, causal=causal, layout=layout)
+            if backward:
+                out.backward(dout)
+        del out
+        q.grad = k.grad = v.grad = None
+        peak = torch.tensor([counter.peak / q.numel()], dtype=torch.float64)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        peaks.append(float(peak))
+    return {"forward": peaks[0], "forward_backward": peaks[1]}
+
+
+def in_head_passes(rank, world, case, row_heads_per_pass, **kwargs):
+    """`case` with the ring's smallest pass over a group of heads set to
+    row_heads_per_pass (query row, head) pairs: test sizes are far below the default, so
+    the ring would otherwise always run all heads in one pass."""
+    from flashattn.distributed import _ring_attention
+    saved = _ring_attention.MIN_ROW_HEADS_PER_PASS
+    _ring_attention.MIN_ROW_HEADS_PER_PASS = row_heads_per_pass
+    try:
+        return globals()[case](rank, world, **kwargs)
+    finally:
+        _ring_attention.MIN_ROW_HEADS_PER_PASS = saved

@@ -142,6 +142,82 @@ def test_torch_context_parallel_runs_flashattn_kernels(ranks):
         assert error <= TOLERANCE["float32"], f"{name}: {error}"
 
 
+def _bench_module(name):
+    import importlib
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bench = os.path.join(root, "bench")
+    if not os.path.exists(os.path.join(bench, name + ".py")):
+        pytest.skip("bench/ is not part of this checkout")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    return importlib.import_module(name)
+
+
+def test_live_tensor_bytes_counts_the_tensors_alive_at_once():
+    counter = _bench_module("live_tensor_bytes").LiveTensorBytes()
+    with counter:
+        a = torch.empty(1000)                   # 4000 bytes
+        b = a.to(torch.float64)                 # 8000
+        view = b[10:]                           # a view: nothing new
+        b.add_(1)                               # in place: nothing new
+        del a, b                                # a freed; b's storage lives on in view
+        c = torch.zeros(250, dtype=torch.int32)  # 1000
+        assert counter.live == 9000
+        del view
+    assert counter.peak == 12000 and counter.live == 1000
+    del c
+    assert counter.live == 0
+
+
+@pytest.mark.parametrize("passes", ["one_pass", "pass_per_kv_head"])
+@pytest.mark.parametrize("dtype,heads_k", [("bfloat16", 4), ("bfloat16", 2), ("bfloat16", 1),
+                                           ("float32", 4)], ids=["bf16", "bf16_gqa", "bf16_mqa",
+                                                                 "fp32"])
+def test_ring_holds_each_buffer_once(ranks, dtype, heads_k, passes):
+    """The most bytes of tensors the ring holds at once, per element of a rank's q, counted
+    on every rank against the buffers the design needs. A pass over a group of heads holds
+    the forward's fp32 running output and one result buffer, the backward's fp32 dQ, one
+    set of per-call results and two fp32 dK/dV pairs (one sending, one receiving), in both
+    the K/V block arriving and, from 3 ranks on, the one received before it, and with
+    several passes a copy of its own K/V heads to send. Beside the passes: the output
+    (saved for the backward) and, with several passes, dq, dk, dv filled pass by pass.
+    Tensors the size of lse ([heads, rows] fp32) are the slack."""
+    _bench_module("live_tensor_bytes")
+    heads, dim = 4, 32
+    size = {"bfloat16": 2, "float32": 4}[dtype]
+    kv = heads_k / heads  # K/V elements per q element
+    count = heads_k if passes == "pass_per_kv_head" else 1
+    blocks = 2 * size * kv * (1 if ranks.world == 2 else 2)
+    own_kv = 2 * size * kv if count > 1 else 0
+    per_call = size * (1 + 2 * kv)
+    forward = (4 + size + blocks + own_kv) / count + (size if count > 1 else 0)
+    backward = (4 + per_call + blocks + 2 * 2 * 4 * kv + own_kv) / count + size
+    backward += per_call if count > 1 else 0
+    slack = 8 * 4 / dim
+    counted = ranks.run(CASES, "in_head_passes", case="ring_memory",
+                        row_heads_per_pass=1 if count > 1 else 1 << 40, dtype=dtype,
+                        heads=heads, heads_k=heads_k, dim=dim)
+    assert counted["forward"] <= forward + slack, (counted, forward)
+    assert counted["forward_backward"] <= backward + slack, (counted, backward)
+
+
+@pytest.mark.parametrize("case,options", [
+    ("dense", dict(layout="zigzag", causal=True, alibi="per_batch", heads=8, heads_k=4)),
+    ("dense", dict(layout="contiguous", window=(5, 2), softcap=2.0, heads=4, heads_k=2,
+                   dtype="bfloat16")),
+    ("varlen", dict(seqlens=(40, 9, 1, 24), causal=False, alibi="shared", window=(7, 3))),
+    ("dense", dict(variant="hybrid", ulysses_size=2, layout="zigzag", causal=True,
+                   alibi="per_batch", heads=8, heads_k=4)),
+], ids=["zigzag_alibi_gqa", "window_softcap_bf16", "varlen_uneven_alibi", "hybrid"])
+def test_ring_in_head_passes(ranks, case, options):
+    """The ring run once per KV head (each with its query heads): ALiBi's slopes and lse
+    shifts, windows and uneven shards per pass."""
+    _check(ranks.run(CASES, "in_head_passes", case=case, row_heads_per_pass=1, seed=12,
+                     **options), options.get("dtype", "float32"))
+
+
 def test_needs_an_initialized_process_group():
     """In this (parent) process no process group exists: a clear error, not a hang."""
     from flashattn.distributed import ring_flash_attn_func
@@ -170,4 +246,4 @@ def test_context_parallel_benchmark_smoke(tmp_path):
     assert {(r["world"], r["variant"], r["mode"]) for r in measured} == {
         (1, "single", "fwd"), (1, "single", "fwd+bwd"), (2, "ring-zigzag", "fwd"),
         (2, "ring-zigzag", "fwd+bwd"), (2, "ulysses", "fwd"), (2, "ulysses", "fwd+bwd")}
-    assert all(r["tokens_per_s"] > 0 for r in measured)
+    assert all(r["tokens_per_s"] > 0 and r["counted_bytes_per_element"] > 0 for r in measured)

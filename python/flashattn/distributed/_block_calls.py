@@ -1,5 +1,7 @@
 """One ring step's planned calls (_blocks.Call) run through flashattn's own forward and
 backward (the computations behind torch.ops.flashattn.forward / backward)."""
+import copy
+
 import torch
 
 from .. import _torch_ops
@@ -33,6 +35,15 @@ class DeviceCall:
             per_row = _slopes_of(alibi_slopes, row_seq.to(device))  # [rows, heads]
             self.lse_shift = (per_row * row_shift.to(device)[:, None]).t().contiguous()
 
+    def for_heads(self, heads):
+        """This call on the query heads `heads` (a slice) alone."""
+        part = copy.copy(self)
+        if self.slopes is not None:
+            part.slopes = self.slopes[:, heads].contiguous()
+        if self.lse_shift is not None:
+            part.lse_shift = self.lse_shift[heads].contiguous()
+        return part
+
     def options(self, softmax_scale, softcap):
         return Options(softmax_scale, False, self.window, softcap, self.slopes)
 
@@ -52,21 +63,24 @@ def _slopes_of(alibi_slopes, seqs):
     return alibi_slopes[index.to(alibi_slopes.device)]
 
 
-def forward(call, q, k, v, softmax_scale, softcap):
-    """(out, lse) of one call: out [rows_q, heads, d_v] in q's dtype, lse [heads, rows_q]
-    fp32, both over every query row (rows outside its rectangles: 0 and -inf)."""
+def forward(call, q, k, v, softmax_scale, softcap, out=None):
+    """(out, lse) of one call: out [rows_q, heads, d_v] in q's dtype (written into `out`
+    when given), lse [heads, rows_q] fp32, both over every query row (rows outside its
+    rectangles: 0 and -inf)."""
     out, lse, _ = _torch_ops.forward_with_options(
         q, k, v, call.cu_q, call.cu_k, None, call.max_q, call.max_k,
-        call.options(softmax_scale, softcap))
+        call.options(softmax_scale, softcap), out=out)
     if call.lse_shift is not None:
         lse += call.lse_shift
     return out, lse
 
 
-def backward(call, dout, q, k, v, out, lse, softmax_scale, softcap, deterministic):
-    """(dq, dk, dv) of one call, given the merged out and lse of the whole forward."""
+def backward(call, dout, q, k, v, out, lse, softmax_scale, softcap, deterministic,
+             grads=None):
+    """(dq, dk, dv) of one call, given the merged out and lse of the whole forward; written
+    into `grads` (tensors shaped like q, k, v, in their dtype) when given."""
     if call.lse_shift is not None:
         lse = lse - call.lse_shift
     return _torch_ops.backward_with_options(
         dout, q, k, v, out, lse, call.cu_q, call.cu_k, None, call.max_q, call.max_k,
-        call.options(softmax_scale, softcap), deterministic)
+        call.options(softmax_scale, softcap), deterministic, grads)
