@@ -332,6 +332,35 @@ TEST_P(CpuFp8, AWrongDescaleFails) {
   }
 }
 
+// Every e4m3 bit pattern read by the tiles' vector loads: with one key, out is v itself, so
+// a head dim of 256 holding the 256 patterns gives them back exactly (bf16 holds every
+// e4m3 value), NaN patterns as NaN.
+TEST_P(CpuFp8, EveryE4m3PatternReadsExactly) {
+  HostTensor q(DType::kF8E4M3, {1, 3, 1, 256}), k(DType::kF8E4M3, {1, 1, 1, 256}),
+      v(DType::kF8E4M3, {1, 1, 1, 256}), out(DType::kBF16, {1, 3, 1, 256});
+  auto* v_bytes = static_cast<uint8_t*>(v.view().data);
+  for (int i = 0; i < 256; ++i) v_bytes[i] = static_cast<uint8_t>(i);
+  q.fill(1.f);
+  k.fill(0.5f);
+  flashattn::ForwardArgs args;
+  args.q = q.view();
+  args.k = k.view();
+  args.v = v.view();
+  args.out = out.view();
+  ASSERT_TRUE(flashattn::forward(args, {Backend::kCpu}).ok());
+  for (int row = 0; row < 3; ++row) {
+    for (int i = 0; i < 256; ++i) {
+      const float expected = e4m3_to_float(static_cast<uint8_t>(i));
+      const float got = out.get(row * 256 + i);
+      if (std::isnan(expected)) {
+        EXPECT_TRUE(std::isnan(got)) << i;
+      } else {
+        EXPECT_EQ(got, expected) << "pattern " << i;
+      }
+    }
+  }
+}
+
 KVCacheProblem fp8_cache_problem(DType dtype, uint32_t seed) {
   KVCacheProblem p;
   p.dtype = dtype;

@@ -46,6 +46,19 @@ inline VecU bf16_bits(VecF x) {
   return (bits & splat_u(0x7FFFFFFFu)) > splat_u(0x7F800000u) ? quiet_nan : rounded;
 }
 
+// The fp32 value of e4m3 bit patterns (one per 32-bit lane), bit for bit as
+// core::e4m3_to_float: a normal value moves its exponent and mantissa into place and
+// rebiases (7 -> 127); a subnormal (exponent 0) is mantissa * 2^-9, exact in fp32;
+// S.1111.111 is NaN.
+inline VecF e4m3_values(VecU x) {
+  const VecU magnitude = x & splat_u(0x7Fu);
+  const VecU normal = (magnitude << 20) + splat_u(120u << 23);
+  const VecU subnormal = (VecU)(__builtin_convertvector(magnitude, VecF) * splat(1.f / 512.f));
+  VecU bits = magnitude < splat_u(8u) ? subnormal : normal;
+  bits = magnitude == splat_u(0x7Fu) ? splat_u(0x7FC00000u) : bits;
+  return (VecF)(bits | ((x & splat_u(0x80u)) << 24));
+}
+
 inline VecF fma(VecF a, VecF b, VecF c) {
 #if FA_TILED_LANES == 16 && !FA_TILED_EMULATED
   return _mm512_fmadd_ps(a, b, c);

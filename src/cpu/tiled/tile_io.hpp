@@ -4,7 +4,6 @@
 // round-to-nearest-even helpers of core/numeric.hpp.
 #pragma once
 
-#include <array>
 #include <type_traits>
 
 #include "cpu/tiled/simd.hpp"
@@ -28,21 +27,17 @@ struct OperandTypes {
   static constexpr bool uniform = Q == KV && KV == Out;
 };
 
-// Every e4m3 value in fp32, by bit pattern (256 entries: cheaper than decoding).
-inline const float* e4m3_values() {
-  static const auto table = [] {
-    std::array<float, 256> values{};
-    for (int i = 0; i < 256; ++i) values[i] = core::e4m3_to_float(static_cast<uint8_t>(i));
-    return values;
-  }();
-  return table.data();
-}
-
 template <ElementType Type>
 inline void to_float(const Storage<Type>* src, float* dst, int n) {
   if constexpr (Type == ElementType::kF8E4M3) {
-    const float* values = e4m3_values();
-    for (int i = 0; i < n; ++i) dst[i] = values[src[i]];
+    typedef uint8_t VecB __attribute__((vector_size(kLanes)));
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      VecB bytes;
+      std::memcpy(&bytes, src + i, sizeof bytes);
+      store(dst + i, e4m3_values(__builtin_convertvector(bytes, VecU)));
+    }
+    for (; i < n; ++i) dst[i] = core::e4m3_to_float(src[i]);
   } else if constexpr (Type == ElementType::kF32) {
     std::memcpy(dst, src, sizeof(float) * n);
   } else if constexpr (Type == ElementType::kBF16) {
