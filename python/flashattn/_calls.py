@@ -105,10 +105,12 @@ class Descales(NamedTuple):
     v: object = None
 
     def to_c(self, adapter):
+        # A 0-dim factor is one for the whole tensor, which the library takes as [1].
+        one = lambda x: x.reshape(1) if x is not None and x.ndim == 0 else x
         descale = _C.Descales()
-        descale.q = adapter.describe(self.q, "q_descale")
-        descale.k = adapter.describe(self.k, "k_descale")
-        descale.v = adapter.describe(self.v, "v_descale")
+        descale.q = adapter.describe(one(self.q), "q_descale")
+        descale.k = adapter.describe(one(self.k), "k_descale")
+        descale.v = adapter.describe(one(self.v), "v_descale")
         return descale
 
 

@@ -54,6 +54,10 @@ def test_numpy_e4m3_without_descales_is_one(rng):
     expected, _ = ref.attention(q.astype(np.float64), k.astype(np.float64),
                                 v.astype(np.float64))
     _assert_bf16_close(out, expected)
+    one = np.float32(1.0)  # 0-dim factors: one for the whole tensor
+    ones = flashattn.flash_attn_func(q, k, v, q_descale=np.asarray(one),
+                                     k_descale=np.asarray(one), v_descale=np.asarray(one))
+    assert np.array_equal(np.asarray(ones, np.float32), np.asarray(out, np.float32))
 
 
 def test_fa3_names_and_a_wrong_descale(rng):
