@@ -165,7 +165,10 @@ void add_common(flashattn::VarlenLayout* varlen, flashattn::AttentionOptions* op
 std::vector<RoledTensor> tensors_of(flashattn::ForwardArgs* a) {
   std::vector<RoledTensor> tensors = {{&a->q, Role::kInput},    {&a->k, Role::kInput},
                                       {&a->v, Role::kInput},    {&a->out, Role::kOutput},
-                                      {&a->lse, Role::kOutput}};
+                                      {&a->lse, Role::kOutput},
+                                      {&a->descale.q, Role::kInput},
+                                      {&a->descale.k, Role::kInput},
+                                      {&a->descale.v, Role::kInput}};
   add_common(&a->varlen, &a->options, &tensors);
   return tensors;
 }
@@ -193,7 +196,10 @@ std::vector<RoledTensor> tensors_of(flashattn::KVCacheArgs* a) {
           {&a->rotary_sin, Role::kInput},
           {&a->out, Role::kOutput},
           {&a->lse, Role::kOutput},
-          {&a->options.alibi_slopes, Role::kInput}};
+          {&a->options.alibi_slopes, Role::kInput},
+          {&a->descale.q, Role::kInput},
+          {&a->descale.k, Role::kInput},
+          {&a->descale.v, Role::kInput}};
 }
 
 std::string outcome(const Status& status) {
