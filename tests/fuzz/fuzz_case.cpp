@@ -151,6 +151,12 @@ const char* slot_name(Slot slot, Entry entry) {
       return "rotary_cos";
     case kRotarySin:
       return "rotary_sin";
+    case kQDescale:
+      return "descale.q";
+    case kKDescale:
+      return "descale.k";
+    case kVDescale:
+      return "descale.v";
     case kSlotCount:
       break;
   }

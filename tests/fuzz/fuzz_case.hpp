@@ -20,6 +20,7 @@ enum Slot : int {
   kQ, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv,           // attention (k, v: the caches)
   kCuQ, kCuK, kUsedK, kAlibi,                              // varlen and options
   kCacheSeqlens, kKNew, kVNew, kBlockTable, kBatchIdx, kLeftpad, kRotaryCos, kRotarySin,
+  kQDescale, kKDescale, kVDescale,                        // FP8 (descale.q, .k, .v)
   kSlotCount
 };
 const char* slot_name(Slot slot, Entry entry);

@@ -314,9 +314,18 @@ double score_bound(const Instance& in) {
   const double scale = o.softmax_scale && std::isfinite(*o.softmax_scale)
                            ? std::fabs(*o.softmax_scale)
                            : 1 / std::sqrt(static_cast<double>(std::max<int64_t>(head_dim, 1)));
-  double keys = largest_row_norm(*in.slot(kK));
+  // An FP8 operand is read as x * descale: the largest factor scales its norm.
+  const auto largest_factor = [](const Tensor& t) {
+    double largest = 1;
+    if (!t.present() || t.data == nullptr) return largest;
+    for (double x : values_of(t)) {
+      if (std::isfinite(x)) largest = std::max(largest, std::fabs(x));
+    }
+    return largest;
+  };
+  double keys = largest_row_norm(*in.slot(kK)) * largest_factor(*in.slot(kKDescale));
   if (in.entry == Entry::kKVCache) keys = std::max(keys, largest_row_norm(*in.slot(kKNew)));
-  double bound = scale * largest_row_norm(q) * keys;
+  double bound = scale * largest_row_norm(q) * largest_factor(*in.slot(kQDescale)) * keys;
   if (o.softcap > 0) bound = std::min(bound, static_cast<double>(o.softcap));
   const Tensor& alibi = *in.slot(kAlibi);
   if (alibi.present() && alibi.data != nullptr) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 
@@ -103,6 +104,16 @@ DType wide_dtype_of(const Case& c) {
   return c.dtype == 3 ? DType::kBF16 : dtype_of(c);
 }
 
+// FP8 cases get descales chosen by their seed: none, [batch, nheads_k] or one factor [1].
+void describe_descales(const Case& c, std::initializer_list<Slot> slots, Instance* in) {
+  const int kind = static_cast<int>((c.seed >> 3) % 3);
+  if (kind == 0) return;
+  for (Slot s : slots) {
+    *in->slot(s) = kind == 1 ? describe(DType::kF32, {c.batch, c.nheads_k}, 0)
+                             : describe(DType::kF32, {1}, 0);
+  }
+}
+
 void describe_attention(const Case& c, const Layout& l, Instance* in) {
   const DType dt = dtype_of(c);
   const int64_t pad = c.padded ? 8 : 0;
@@ -126,6 +137,7 @@ void describe_attention(const Case& c, const Layout& l, Instance* in) {
     *in->slot(kDk) = describe(dt, rows(c.seqlen_k, l.total_k, hk), pad);
     *in->slot(kDv) = describe(dt, rows(c.seqlen_k, l.total_k, hk), pad);
   }
+  if (c.dtype == 3 && !backward) describe_descales(c, {kQDescale, kKDescale, kVDescale}, in);
   if (c.varlen) {
     *in->slot(kCuQ) = describe(DType::kI32, {c.batch + 1}, 0);
     *in->slot(kCuK) = describe(DType::kI32, {c.batch + 1}, 0);
@@ -162,6 +174,7 @@ void describe_kvcache(const Case& c, const Layout& l, Instance* in) {
     *in->slot(kRotaryCos) = describe(dt, {rows, c.rotary_dim / 2}, 0);
     *in->slot(kRotarySin) = describe(dt, {rows, c.rotary_dim / 2}, 0);
   }
+  if (c.dtype == 3) describe_descales(c, {kKDescale, kVDescale}, in);
   in->kvcache.num_splits = c.num_splits;
 }
 
@@ -423,6 +436,12 @@ Tensor* Instance::slot(Slot s) {
           return &forward.varlen.seqused_k;
         case kAlibi:
           return &forward.options.alibi_slopes;
+        case kQDescale:
+          return &forward.descale.q;
+        case kKDescale:
+          return &forward.descale.k;
+        case kVDescale:
+          return &forward.descale.v;
         default:
           break;
       }
@@ -489,6 +508,12 @@ Tensor* Instance::slot(Slot s) {
           return &kvcache.rotary_cos;
         case kRotarySin:
           return &kvcache.rotary_sin;
+        case kQDescale:
+          return &kvcache.descale.q;
+        case kKDescale:
+          return &kvcache.descale.k;
+        case kVDescale:
+          return &kvcache.descale.v;
         default:
           break;
       }
