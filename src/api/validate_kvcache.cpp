@@ -2,6 +2,7 @@
 // optional rotary, cache_batch_idx and cache_leftpad.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "api/validate_parts.hpp"
 
@@ -232,10 +233,53 @@ Status check_entry_contents(const KVCacheArgs& a, const Sizes& s, const Cache& c
 // Device-resident indices are not read (that would need a copy and a synchronization, see
 // validate_varlen.cpp); the checks that need cache_seqlens run only when it is host memory,
 // which after check_placement means every tensor of the call is.
+// Two batch entries appending into the same cache slot (the same page and row, or the same
+// cache_batch_idx row and position) would leave whichever write came last: the result
+// would depend on the order of the writes. Reading shared pages or rows is fine.
+Status check_appends_do_not_collide(const KVCacheArgs& a, const Sizes& s, const Cache& c) {
+  if (c.seqlen_new == 0 || s.batch < 2) return Status::Ok();
+  struct Slot {
+    int64_t row, position, entry;
+    bool operator<(const Slot& o) const {
+      return row != o.row ? row < o.row : position != o.position ? position < o.position
+                                                                 : entry < o.entry;
+    }
+  };
+  std::vector<Slot> slots;
+  slots.reserve(static_cast<size_t>(s.batch * c.seqlen_new));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t first = host_int(a.cache_seqlens, b);
+    for (int64_t t = 0; t < c.seqlen_new; ++t) {
+      const int64_t position = first + t;
+      if (c.paged) {
+        slots.push_back({host_int(a.block_table, b, position / c.row_length),
+                         position % c.row_length, b});
+      } else {
+        const int64_t row = a.cache_batch_idx.present() ? host_int(a.cache_batch_idx, b) : b;
+        slots.push_back({row, position, b});
+      }
+    }
+  }
+  std::sort(slots.begin(), slots.end());
+  for (size_t i = 1; i < slots.size(); ++i) {
+    const Slot& x = slots[i - 1];
+    const Slot& y = slots[i];
+    if (x.row == y.row && x.position == y.position) {
+      const char* name = c.paged ? "block_table" : "cache_batch_idx";
+      return invalid(name,
+                     "batch entries appending k_new/v_new into distinct cache slots",
+                     "entries " + std::to_string(x.entry) + " and " + std::to_string(y.entry) +
+                         " both append into " + (c.paged ? "page " : "cache row ") +
+                         std::to_string(x.row) + ", row " + std::to_string(x.position));
+    }
+  }
+  return Status::Ok();
+}
+
 Status check_contents(const KVCacheArgs& a, const Sizes& s, const Cache& c) {
   if (a.cache_seqlens.device.type != DeviceType::kCPU) return Status::Ok();
   for (int64_t b = 0; b < s.batch; ++b) FA_RETURN_IF_ERROR(check_entry_contents(a, s, c, b));
-  return Status::Ok();
+  return check_appends_do_not_collide(a, s, c);
 }
 
 void fill_kvcache(const KVCacheArgs& a, const Sizes& s, const Cache& c, core::KVCacheParams* p) {

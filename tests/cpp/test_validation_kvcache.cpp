@@ -52,6 +52,23 @@ TEST(ValidationKVCache, BlockTableEntryOutOfRange) {
   EXPECT_TRUE(Rejected(check(c.args), kInvalid, "block_table", "[0, 0]"));
 }
 
+// Entries may share pages or cache rows to read them (a shared prefix), but two entries
+// appending into the same slot would leave an order-dependent result: refused.
+TEST(ValidationKVCache, AppendsIntoOneSlotFromTwoEntries) {
+  KVCacheCase c(paged(16));  // entries append at positions 3, 4 and 10, 11
+  c.block_table.set(2, c.block_table.get(0));  // entry 1's first page is entry 0's
+  EXPECT_TRUE(check(c.args).ok()) << "a shared page: " << check(c.args).message();
+  c.cache_seqlens.set(1, 4);  // entry 1 now appends into rows 4, 5 of that page
+  EXPECT_TRUE(Rejected(check(c.args), kInvalid, "block_table", "entries 0 and 1"));
+
+  KVCacheCase rows(KVCacheShape{});
+  HostTensor same_row = fa_test::int32_tensor({0, 0});
+  rows.args.cache_batch_idx = same_row.view();
+  EXPECT_TRUE(check(rows.args).ok()) << check(rows.args).message();
+  rows.cache_seqlens.set(1, 4);
+  EXPECT_TRUE(Rejected(check(rows.args), kInvalid, "cache_batch_idx", "cache row 0, row 4"));
+}
+
 TEST(ValidationKVCache, CacheBatchIdxOnlyWithoutPaging) {
   KVCacheCase c(paged(16));
   HostTensor idx = fa_test::int32_tensor({0, 1});
