@@ -104,13 +104,16 @@ class Descales(NamedTuple):
     k: object = None
     v: object = None
 
+    def as_library_takes(self):
+        """A 0-dim factor is one for the whole tensor, which the library takes as [1]."""
+        return Descales(*(x.reshape(1) if x is not None and x.ndim == 0 else x for x in self))
+
     def to_c(self, adapter):
-        # A 0-dim factor is one for the whole tensor, which the library takes as [1].
-        one = lambda x: x.reshape(1) if x is not None and x.ndim == 0 else x
+        q, k, v = self.as_library_takes()
         descale = _C.Descales()
-        descale.q = adapter.describe(one(self.q), "q_descale")
-        descale.k = adapter.describe(one(self.k), "k_descale")
-        descale.v = adapter.describe(one(self.v), "v_descale")
+        descale.q = adapter.describe(q, "q_descale")
+        descale.k = adapter.describe(k, "k_descale")
+        descale.v = adapter.describe(v, "v_descale")
         return descale
 
 

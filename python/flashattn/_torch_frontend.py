@@ -25,11 +25,6 @@ def _scale(q, options):
 _FLOAT8 = getattr(torch, "float8_e4m3fn", None)
 
 
-def _descale(tensor):
-    """A 0-dim descale is one factor for the tensor: the library takes it as [1]."""
-    return tensor.reshape(1) if tensor is not None and tensor.dim() == 0 else tensor
-
-
 def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=None):
     """(out, lse, rng_state); without with_lse, an inference call may skip lse (None).
     e4m3 q (with `descale`, a _calls.Descales) runs the FP8 forward: bf16 out, no
@@ -39,7 +34,7 @@ def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=No
     if varlen is not None:
         cu_q, cu_k, used_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k
         max_q, max_k = varlen.max_seqlen_q, varlen.max_seqlen_k
-    if (q.dtype == _FLOAT8 and _FLOAT8 is not None) or descale is not None:
+    if (_FLOAT8 is not None and q.dtype == _FLOAT8) or descale is not None:
         return _fp8_attention(q, k, v, (cu_q, cu_k, used_k, max_q, max_k), options,
                               descale if descale is not None else Descales(), with_lse)
     if _torch_eager.applies(q, k, v):
@@ -57,7 +52,7 @@ def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=No
 
 
 def _fp8_attention(q, k, v, varlen, options, descale, with_lse):
-    descale = Descales(*(_descale(t) for t in descale))
+    descale = descale.as_library_takes()
     cu_q, cu_k, used_k, max_q, max_k = varlen
     if _torch_eager.applies(q, k, v):
         out, lse = _torch_ops.forward_fp8_with_options(q, k, v, cu_q, cu_k, used_k, max_q,
@@ -74,7 +69,7 @@ def _fp8_attention(q, k, v, varlen, options, descale, with_lse):
 def kvcache(q, cache, options, with_lse=True):
     """(out, lse); without with_lse, an eager call skips lse (None)."""
     if cache.descale is not None:
-        cache = cache._replace(descale=Descales(*(_descale(t) for t in cache.descale)))
+        cache = cache._replace(descale=cache.descale.as_library_takes())
     if _torch_eager.applies(q, cache.k_cache, cache.v_cache, cache.k):
         return _torch_eager.kvcache(q, cache, options, with_lse)
     left, right = options.window_size

@@ -2,6 +2,7 @@
 // optional rotary, cache_batch_idx and cache_leftpad.
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "api/validate_parts.hpp"
@@ -230,9 +231,6 @@ Status check_entry_contents(const KVCacheArgs& a, const Sizes& s, const Cache& c
   return Status::Ok();
 }
 
-// Device-resident indices are not read (that would need a copy and a synchronization, see
-// validate_varlen.cpp); the checks that need cache_seqlens run only when it is host memory,
-// which after check_placement means every tensor of the call is.
 // Two batch entries appending into the same cache slot (the same page and row, or the same
 // cache_batch_idx row and position) would leave whichever write came last: the result
 // would depend on the order of the writes. Reading shared pages or rows is fine.
@@ -241,8 +239,7 @@ Status check_appends_do_not_collide(const KVCacheArgs& a, const Sizes& s, const 
   struct Slot {
     int64_t row, position, entry;
     bool operator<(const Slot& o) const {
-      return row != o.row ? row < o.row : position != o.position ? position < o.position
-                                                                 : entry < o.entry;
+      return std::tie(row, position, entry) < std::tie(o.row, o.position, o.entry);
     }
   };
   std::vector<Slot> slots;
@@ -276,6 +273,9 @@ Status check_appends_do_not_collide(const KVCacheArgs& a, const Sizes& s, const 
   return Status::Ok();
 }
 
+// Device-resident indices are not read (that would need a copy and a synchronization, see
+// validate_varlen.cpp); the checks that need cache_seqlens run only when it is host memory,
+// which after check_placement means every tensor of the call is.
 Status check_contents(const KVCacheArgs& a, const Sizes& s, const Cache& c) {
   if (a.cache_seqlens.device.type != DeviceType::kCPU) return Status::Ok();
   for (int64_t b = 0; b < s.batch; ++b) FA_RETURN_IF_ERROR(check_entry_contents(a, s, c, b));

@@ -118,6 +118,13 @@ inline uint8_t float_to_e4m3(float f) {
   return static_cast<uint8_t>(sign | kept);
 }
 
+// What a cache slot receives for an appended value before rounding to the cache's type:
+// an e4m3 cache stores value / descale (docs/contract.md, "FP8"), other caches the value.
+// Shared by the backends so their caches agree bit for bit.
+inline float appended_value(float value, bool e4m3_cache, float descale) {
+  return e4m3_cache ? value / descale : value;
+}
+
 inline float load_element(const void* base, int64_t index, ElementType type) {
   switch (type) {
     case ElementType::kF32: return static_cast<const float*>(base)[index];

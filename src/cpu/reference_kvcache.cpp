@@ -49,20 +49,17 @@ void rotate(const core::KVCacheParams& params, int position, Real* x) {
   }
 }
 
-// New rows in the cache's type: as they are, or for an e4m3 cache quantized as
-// float(x) / descale (docs/contract.md, "FP8").
+// New rows into the cache, in its type (core::appended_value: an e4m3 cache divides by the
+// descale first).
 template <typename RowOffset>
 void store_in_cache(const core::KVCacheParams& params, const Matrix<double>& rows,
                     const core::Operand& cache, float descale, RowOffset row_offset) {
-  if (!params.kv_e4m3) {
-    scatter_rows(rows, cache.ptr, params.dtype, row_offset);
-    return;
-  }
   for (int r = 0; r < rows.rows(); ++r) {
     const int64_t start = row_offset(r);
     for (int c = 0; c < rows.cols(); ++c) {
-      core::store_element(cache.ptr, start + c, core::ElementType::kF8E4M3,
-                          static_cast<float>(rows.row(r)[c]) / descale);
+      core::store_element(cache.ptr, start + c, params.kv_type(),
+                          core::appended_value(static_cast<float>(rows.row(r)[c]),
+                                               params.kv_e4m3, descale));
     }
   }
 }

@@ -17,17 +17,6 @@
 namespace flashattn::cpu::tiled {
 namespace {
 
-// Stores one new value in the cache's type: as is, or quantized as value / descale into
-// an e4m3 cache, exactly as the reference.
-inline void store_in_cache(const core::KVCacheParams& params, void* cache, int64_t index,
-                           float value, float descale) {
-  if (params.kv_e4m3) {
-    core::store_element(cache, index, core::ElementType::kF8E4M3, value / descale);
-  } else {
-    core::store_element(cache, index, params.dtype, value);
-  }
-}
-
 // Writes k_new/v_new row t of (b, hk) at cache position cache_seqlens[b] + t, the key
 // rotated in double and rounded once, exactly as the reference. O(new rows): scalar.
 void append_new_keys(const core::KVCacheParams& params) {
@@ -49,14 +38,17 @@ void append_new_keys(const core::KVCacheParams& params) {
       if (params.rotary_cos != nullptr) rotate(params, position, x);
       const float k_descale = params.k_descale.at(b, hk);
       for (int c = 0; c < params.head_dim; ++c) {
-        store_in_cache(params, params.k.ptr, k_dst + c, static_cast<float>(x[c]), k_descale);
+        core::store_element(params.k.ptr, k_dst + c, params.kv_type(),
+                            core::appended_value(static_cast<float>(x[c]), params.kv_e4m3,
+                                                 k_descale));
       }
       const int64_t v_src = element_offset(params.v_new, b, t, hk);
       const int64_t v_dst = cache_offset(params, params.v, b, position, hk);
       const float v_descale = params.v_descale.at(b, hk);
       for (int c = 0; c < params.head_dim_v; ++c) {
-        store_in_cache(params, params.v.ptr, v_dst + c,
-                       core::load_element(params.v_new.ptr, v_src + c, params.dtype), v_descale);
+        const float value = core::load_element(params.v_new.ptr, v_src + c, params.dtype);
+        core::store_element(params.v.ptr, v_dst + c, params.kv_type(),
+                            core::appended_value(value, params.kv_e4m3, v_descale));
       }
     }
   }
