@@ -57,6 +57,7 @@
 #include "cuda/common/block_mask.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/common/tile_copy.cuh"
+#include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -87,7 +88,6 @@ struct BwdShape {
   // the MMA warpgroups and the writer (or its half).
   static constexpr int kWriterHalves = kDeterministic && kTile.writer_halves ? 2 : 1;
   static constexpr int kWriterHalfThreads = 128 / kWriterHalves;
-  static constexpr int kStashHandoffThreads = kMmaThreads + kWriterHalfThreads;
   // Registers per thread after the reallocation (registers.cuh): 2 x 128 x 240 + 128 x 24
   // fits the 64K register file.
   static constexpr int kMmaRegisters = 240;
@@ -96,6 +96,10 @@ struct BwdShape {
   // minimum two wavefronts.
   static constexpr int kStashStride = D + 8;
   static constexpr int kStashBytes = kDqWriter ? kBlockM * kStashStride * 4 : 0;
+  // The stashes' handoff: an mbarrier per buffer for "full" (every MMA thread arrives after
+  // its stores, the writer waits) and one for "empty" (the writer's half arrives after its
+  // loads, the MMA threads wait before the next stores into the buffer).
+  static constexpr int kStashBarrierBytes = kDqWriter ? 4 * 8 : 0;
   // Without the writer each MMA warp adds its own dQ rows, regrouped through a shared-memory
   // scratch of 16 rows x 32 floats so that 8 lanes cover a row's 128-byte line: L2 takes fp32
   // reductions about 1.7x as fast in whole lines as in the 32-byte row pieces of the
@@ -117,7 +121,7 @@ struct BwdShape {
   static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;  // [buffer][lse2 | D] per row
   static constexpr int kSmemBytes = QTile::kAlignment + 4 * QTile::kBytes + 2 * KTile::kBytes +
                                     kPTiles * PTile::kBytes + kStatsBytes + 2 * kStashBytes +
-                                    kTile.warps * kScratchBytes;
+                                    kStashBarrierBytes + kTile.warps * kScratchBytes;
   static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
 
@@ -138,10 +142,9 @@ __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&
   }
 }
 
-// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, per stash
-// buffer "full" (MMA warpgroups arrive, the writer's half waits) and "empty" (the other way
-// round), and per writer half its threads among themselves.
-enum BwdBarrier : int { kMmaBarrier = 1, kStashFull = 2, kStashEmpty = 4, kWriterBarrier = 6 };
+// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, and per writer
+// half its threads among themselves. (The stash handoff between them is on mbarriers: BwdShape.)
+enum BwdBarrier : int { kMmaBarrier = 1, kWriterBarrier = 2 };
 
 template <class T, int D, bool kDropout, bool kDeterministic>
 __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
@@ -199,7 +202,20 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   float* stats = reinterpret_cast<float*>(
       smem_raw + (ds_smem + S::kPTiles * PTile::kBytes - raw_addr));
   const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
-  const uint32_t scratch_smem = stash_smem + 2 * S::kStashBytes;  // [warp]
+  const uint32_t stash_bars = stash_smem + 2 * S::kStashBytes;  // full[2], empty[2]
+  const uint32_t scratch_smem = stash_bars + S::kStashBarrierBytes;  // [warp]
+  auto stash_full = [&](int buffer) { return stash_bars + 8 * buffer; };
+  auto stash_empty = [&](int buffer) { return stash_bars + 16 + 8 * buffer; };
+  if constexpr (S::kDqWriter) {
+    if (tid == 0) {
+      for (int buffer = 0; buffer < 2; ++buffer) {
+        mbarrier::init(stash_full(buffer), S::kMmaThreads);
+        mbarrier::init(stash_empty(buffer), S::kWriterHalfThreads);
+      }
+      mbarrier::fence_init();
+    }
+    __syncthreads();
+  }
 
   auto load_q_do = [&](int g, int m, int buffer) {
     seq.template copy_q_do_async<D, S::kMmaThreads>(p, hk * group + g, m,
@@ -440,9 +456,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::fence_operands(dk);
 
     if constexpr (S::kDqWriter) {
-      // To the stash the writer read two steps ago, then tell it.
+      // To the stash the writer read two steps ago (its use iteration / 2 - 1 is then over),
+      // then tell it.
       const uint32_t stash = stash_smem + buffer * S::kStashBytes;
-      if (iteration >= 2) prim::named_sync(kStashEmpty + buffer, S::kStashHandoffThreads);
+      if (iteration >= 2) mbarrier::wait(stash_empty(buffer), (iteration / 2 - 1) & 1);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = dq_query0 + frag_row + 8 * half;
@@ -453,7 +470,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                              dq[4 * j + 2 * half + 1]);
         }
       }
-      prim::named_arrive(kStashFull + buffer, S::kStashHandoffThreads);
+      mbarrier::arrive(stash_full(buffer));
     } else {
       if constexpr (kDeterministic) {
         if (lane == 0) {
@@ -518,9 +535,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     if (group_index == 2) {
       wg::lower_registers<S::kWriterRegisters>();
       // Each step of its half: wait for the stash (and, deterministic, first for the turn:
-      // the half's thread 0 spins before the barrier that releases the other threads), add it
-      // into the accumulator with 16-byte atomics, free the stash, and pass the turn on once
-      // the additions are issued by every thread of the half.
+      // the half's thread 0 spins before the half's barrier that releases the other threads),
+      // add it into the accumulator with 16-byte atomics, free the stash, and pass the turn on
+      // once the additions are issued by every thread of the half.
       const int writer_tid = tid - S::kMmaThreads;
       const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
       const int half_tid =
@@ -539,8 +556,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
             while (prim::load_acquire(counter) != turn) {
             }
           }
+          prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
         }
-        prim::named_sync(kStashFull + buffer, S::kStashHandoffThreads);
+        mbarrier::wait(stash_full(buffer), (iteration / 2) & 1);
         const float* stash = reinterpret_cast<const float*>(
             smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
         float* accum =
@@ -554,7 +572,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                       *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
           }
         }
-        prim::named_arrive(kStashEmpty + buffer, S::kStashHandoffThreads);
+        mbarrier::arrive(stash_empty(buffer));
         if constexpr (kDeterministic) {
           prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
           if (half_tid == 0) prim::add_release(counter, 1);
@@ -605,14 +623,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     ++iteration;
   }
   prim::thread::cp_async_wait<0>();
-  if constexpr (S::kDqWriter) {
-    // Complete the phases of the writer's last "empty" arrivals.
-    for (int i = iteration < 2 ? 0 : iteration - 2; i < iteration; ++i) {
-      prim::named_sync(kStashEmpty + i % 2, S::kStashHandoffThreads);
-    }
-  } else {
-    release_turn();
-  }
+  if constexpr (!S::kDqWriter) release_turn();
 
   // Epilogue: dK (scaled) and dV staged in shared memory (Q and dO are done), then written in
   // 16-byte row chunks where the outputs allow, else element by element; zero for keys nobody
