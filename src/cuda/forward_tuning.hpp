@@ -82,13 +82,16 @@ inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
 // Shapes follow what makes FlashAttention-3 fast: the S accumulator (block_n / 2 registers),
 // the O accumulator (head_dim_v / 2) and P in registers must fit the MMA warpgroups' budget
 // (240 registers with two of them, 160 with three), and Q plus two stages of K and V must fit
-// 227 KiB of shared memory. `narrow`: the tile of calls whose later query blocks see more keys
-// (causal), where a narrower key block wastes less of the diagonal blocks, and of calls with
-// few keys (fwd_sm90_narrow_keys), where a tile's fixed costs weigh more; where it differs from
-// the other, both are compiled.
+// 227 KiB of shared memory. `narrow`: at d = 64 and 128 the tile of calls whose later query
+// blocks see more keys (causal), where a narrower key block wastes less of the diagonal blocks,
+// and of calls with few keys (kFwdSm90NarrowKeys), where a tile's fixed costs weigh more; at
+// d = 192 and 256 a key block of 64, which a paged cache's pages of 64, 128, 256... hold whole
+// (fwd_sm90_paged_use_narrow), and the tile of packed GQA. Where it differs from the other,
+// both are compiled.
 constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false) {
   if (head_dim != head_dim_v) return {0, 0, 0};
   if (narrow && (head_dim == 64 || head_dim == 128)) return {128, 128, 2};
+  if (narrow && (head_dim == 192 || head_dim == 256)) return {128, 64, 2};
   switch (head_dim) {
     case 64: return {192, 128, 2};
     case 96: return {128, 128, 2};
@@ -103,6 +106,12 @@ constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = 
 // mask with at most 512 keys, whose tiles are too short for the pipeline (bench/RESULTS.md).
 constexpr bool fwd_sm90_faster(int head_dim, bool grows, int seqlen_k) {
   return !(head_dim > 192 && grows && seqlen_k <= 512);
+}
+
+// Whether the dense forward ever takes the narrow tile: at d = 192 and 256 the 64-key blocks
+// were slower than the table's on every cell of the grid (bench/RESULTS.md).
+constexpr bool fwd_sm90_dense_may_narrow(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
 }
 
 // Which calls run the narrow tile: `grows` (later query blocks see more keys) and seqlen_k.

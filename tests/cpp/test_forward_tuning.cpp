@@ -41,6 +41,17 @@ TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
   EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, true, 8192, 16));
   // d = 64: both tiles have 128-key blocks.
   EXPECT_FALSE(fwd_sm90_paged_use_narrow(64, false, 8192, 256));
+  // d = 192 and 256: 64-key blocks hold pages of 64 and more whole (boxes of 16 for 112 and 80).
+  EXPECT_TRUE(fwd_sm90_paged_use_narrow(192, false, 8192, 256));
+  EXPECT_TRUE(fwd_sm90_paged_use_narrow(256, true, 8192, 64));
+  EXPECT_FALSE(fwd_sm90_paged_use_narrow(256, false, 8192, 16));
+}
+
+TEST(ForwardTuning, DenseNarrowTileOnlyWhereItWasFaster) {
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(192));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(256));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(256, true, 1024));
+  EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(128, true, 16384));
 }
 
 TEST(ForwardTuning, PackedGqaForShortQueries) {

@@ -129,7 +129,8 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
   if (fwd_sm90_pack_gqa(p.nheads, p.nheads_k, p.seqlen_q, Narrow::value.block_m)) {
     return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
   }
-  if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
+  constexpr bool kTwoTiles = !(Narrow::value == FwdSm90TableTile<D, D>::value);
+  if constexpr (kTwoTiles && fwd_sm90_dense_may_narrow(D)) {
     if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>>(p, stream);
     }

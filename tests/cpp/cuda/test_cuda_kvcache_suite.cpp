@@ -135,7 +135,8 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
 // reads K/V through block_table. Pages smaller than its key block (16), larger (256) and
 // neither a divisor nor a multiple of it (48); on the sm80 kernel one and two pipeline stages
 // (d = 128, 64), 32-column panels (96), 64-row query blocks (256); on the Hopper kernel every
-// compiled head dim, both tiles of d = 64 and 128, boxes of 16 to 128 keys; GQA; key counts
+// compiled head dim, both tiles of each (pages of 256 take the narrow one, 64-key blocks at
+// d = 192 and 256), boxes of 16 to 128 keys; GQA; key counts
 // that are not block multiples. The workspace shows the route: only the int32 key counts,
 // where the KV kernel's two splits would need fp32 partial outputs.
 TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
@@ -456,13 +457,18 @@ TEST_F(CudaKVCacheSanitize, SmallProblems) {
   paged_prefill_two_stages.head_dim = 64;
   paged_prefill_two_stages.page_size = 48;
   paged_prefill_two_stages.causal = false;
+  // The Hopper kernel's 64-key tile of d = 256, whose blocks hold pages of 64 whole.
+  KVCacheProblem paged_prefill_whole_pages = paged_prefill;
+  paged_prefill_whole_pages.head_dim = 256;
+  paged_prefill_whole_pages.page_size = 64;
   // The padding path: d = 59 through the copies, from a paged cache with a split decode.
   KVCacheProblem padded = paged;
   padded.head_dim = 59;
   padded.rotary_dim = 32;
   padded.num_splits = 2;
   for (const KVCacheProblem& p : {decode, paged, prefill, ring, ring_prefill, paged_prefill,
-                                  paged_prefill_two_stages, padded}) {
+                                  paged_prefill_two_stages, paged_prefill_whole_pages,
+                                  padded}) {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
 }
