@@ -11,11 +11,13 @@ read from cu_seq_lens_* or position_ids, and sliding windows and softcapping map
 kernel's options. CUDA tensors run the CUDA kernels, CPU tensors the CPU backend.
 """
 import os
+import weakref
 
 import torch
 
+from . import interface
+from ._calls import Options
 from .bert_padding import pad_input, unpad_input
-from .interface import flash_attn_func, flash_attn_varlen_func
 
 NAME = "fa2cpp"
 
@@ -50,14 +52,14 @@ def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_
 def _kernel_dtype(query):
     """The CUDA kernels take fp16/bf16: an fp32 model runs them in autocast's dtype (or
     bf16) and gets fp32 back; the CPU backend takes fp32 as it is."""
-    if query.dtype != torch.float32 or query.device.type != "cuda":
+    if query.dtype != torch.float32 or not query.is_cuda:
         return None
     if torch.is_autocast_enabled("cuda"):
         return torch.get_autocast_dtype("cuda")
     return torch.bfloat16
 
 
-def _unpadded(q, k, v, mask, options):
+def _unpadded(q, k, v, mask, options, deterministic):
     """Padded batch: keep the tokens, attend in the packed layout, scatter back."""
     batch, seqlen_q = q.shape[:2]
     if k.shape[1] > mask.shape[1]:  # a static cache longer than the tokens seen
@@ -72,12 +74,20 @@ def _unpadded(q, k, v, mask, options):
         q_rows, indices_q, max_q = q.squeeze(1), cu_q[:-1], 1
     else:  # queries are the last seqlen_q positions (left padding)
         q_rows, indices_q, cu_q, max_q, _ = unpad_input(q, mask[:, -seqlen_q:])
-    out = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    varlen = interface._varlen(q_rows, cu_q, cu_k, max_q, max_k)
+    out = interface._attention(q_rows, k_rows, v_rows, varlen, options, deterministic, False)
     return pad_input(out, indices_q, batch, seqlen_q)
+
+
+# The packing found in the last position_ids: (a weak reference to the tensor, its version
+# counter, the offsets). Every layer of a forward pass gets the same position_ids, and finding
+# the sequence starts reads the device (a synchronization), so it is done once per pass.
+_last_packing = None
 
 
 def _packed_offsets(position_ids, kwargs):
     """(cu_q, cu_k, max_q, max_k) of sequences packed in one row, or None if not packed."""
+    global _last_packing
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if cu_q is not None and cu_k is not None:
         max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
@@ -86,6 +96,17 @@ def _packed_offsets(position_ids, kwargs):
                 longest(cu_k) if max_k is None else int(max_k))
     if position_ids is None or position_ids.shape[0] != 1:
         return None
+    if torch.compiler.is_compiling():
+        return _find_packing(position_ids)
+    last = _last_packing
+    if last is not None and last[0]() is position_ids and last[1] == position_ids._version:
+        return last[2]
+    packing = _find_packing(position_ids)
+    _last_packing = (weakref.ref(position_ids), position_ids._version, packing)
+    return packing
+
+
+def _find_packing(position_ids):
     positions = position_ids.reshape(-1)
     starts = torch.nonzero(positions == positions.min()).reshape(-1)
     if starts.numel() <= 1:
@@ -100,30 +121,39 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                       sliding_window=None, softcap=None, is_causal=None, **kwargs):
     """Transformers' attention-function signature: query [b, h, s, d], key/value
     [b, h_kv, s_kv, d] -> (output [b, s, h, d], None)."""
+    # Every layer of every decoding step comes here: the body stays lean (no generator, no
+    # keyword dict, flash_attn_func's argument parsing skipped for interface._attention).
     if kwargs.get("s_aux") is not None:
         raise NotImplementedError("fa2cpp: attention sinks (s_aux) are not supported")
-    q, k, v = (x.transpose(1, 2) for x in (query, key, value))
-    out_dtype, kernel_dtype = q.dtype, _kernel_dtype(q)
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    kernel_dtype = _kernel_dtype(q)
+    out_dtype = q.dtype
     if kernel_dtype is not None:
-        q, k, v = (x.to(kernel_dtype) for x in (q, k, v))
+        q, k, v = q.to(kernel_dtype), k.to(kernel_dtype), v.to(kernel_dtype)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     deterministic = kwargs.get("deterministic")
     if deterministic is None:
         deterministic = os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
-    options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal, softcap=softcap or 0.0,
-                   deterministic=deterministic)
-    if sliding_window is not None:  # `sliding_window` tokens, the current one included
-        options["window_size"] = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    # `sliding_window` tokens, the current one included; causal takes no right window.
+    if sliding_window is None:
+        window = (-1, 0) if causal else (-1, -1)
+    else:
+        window = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    options = Options(scaling, causal, window, softcap or 0.0, None, dropout)
 
     packed = None
     if attention_mask is None and q.shape[1] == k.shape[1]:
         packed = _packed_offsets(kwargs.get("position_ids"), kwargs)
     if attention_mask is not None:
-        out = _unpadded(q, k, v, attention_mask, options)
+        out = _unpadded(q, k, v, attention_mask, options, deterministic)
     elif packed is not None:
         rows = lambda x: x.reshape(-1, *x.shape[2:])
-        out = flash_attn_varlen_func(rows(q), rows(k), rows(v), *packed, **options)
+        varlen = interface._varlen(q, *packed)
+        out = interface._attention(rows(q), rows(k), rows(v), varlen, options, deterministic,
+                                   False)
         out = out.view(q.shape[0], -1, *out.shape[1:])
     else:
-        out = flash_attn_func(q, k, v, **options)
-    return out.to(out_dtype), None
+        out = interface._attention(q, k, v, None, options, deterministic, False)
+    if out.dtype != out_dtype:
+        out = out.to(out_dtype)
+    return out, None

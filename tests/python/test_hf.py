@@ -27,9 +27,9 @@ def _pair(config):
 
 
 def _llama(**extra):
-    return transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
-                                    num_hidden_layers=2, num_attention_heads=4,
-                                    num_key_value_heads=2, max_position_embeddings=64, **extra)
+    config = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaConfig(**{**config, **extra})
 
 
 def _assert_logits_close(actual, expected, mask=None):
@@ -66,6 +66,29 @@ def test_packed_sequences_match_separate_runs():
         packed = ours(ids, position_ids=position_ids, use_cache=False).logits
         separate = torch.cat([eager(s).logits for s in sequences], dim=1)
     _assert_logits_close(packed, separate)
+
+
+def test_packing_is_found_once_per_forward_pass(monkeypatch):
+    """Finding the sequence starts in position_ids synchronizes with the device: every layer
+    of a pass shares the answer; a new tensor, or the same one written in place, is read
+    again, and the answer is still right for it."""
+    ours, eager = _pair(_llama(num_hidden_layers=3))
+    calls = []
+    find = flashattn.hf._find_packing
+    monkeypatch.setattr(flashattn.hf, "_find_packing",
+                        lambda positions: calls.append(1) or find(positions))
+    lengths = [5, 3, 8]
+    ids = torch.cat([torch.randint(0, 97, (1, n)) for n in lengths], dim=1)
+    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    with torch.no_grad():
+        first = ours(ids, position_ids=position_ids, use_cache=False).logits
+        assert len(calls) == 1, "three layers, one pass: one search"
+        position_ids[0, 5:] = torch.arange(11)  # now two sequences, 5 and 11 tokens
+        second = ours(ids, position_ids=position_ids, use_cache=False).logits
+        assert len(calls) == 2, "the tensor was written in place: searched again"
+        expected = torch.cat([eager(ids[:, :5]).logits, eager(ids[:, 5:]).logits], dim=1)
+    _assert_logits_close(second, expected)
+    assert not torch.allclose(first, second)
 
 
 def test_sliding_window():
