@@ -16,6 +16,7 @@
 #include "cuda/forward_pad.hpp"
 #include "cuda/forward_plan.hpp"
 #include "cuda/forward_tuning.hpp"
+#include "cuda/kvcache_tuning.hpp"
 #include "cuda/sm80/fwd_launch.hpp"
 #include "cuda/sm90/fwd_launch.hpp"
 
@@ -24,6 +25,14 @@ namespace {
 
 Status unsupported(const std::string& what) {
   return Status(StatusCode::kUnsupported, "CUDA forward: " + what);
+}
+
+// The dense call as a KV-cache call that reads k and v whole (decode_route).
+core::KVCacheParams as_full_cache(const core::AttentionParams& p) {
+  core::KVCacheParams kv;
+  static_cast<core::AttentionParams&>(kv) = p;
+  kv.num_splits = 0;  // the plan picks, as for flash_attn_with_kvcache
+  return kv;
 }
 
 struct Chosen {
@@ -58,6 +67,28 @@ Status run_kernel(const core::AttentionParams& p, FwdKernel kernel, cudaStream_t
                                            std::to_string(p.head_dim));
 }
 
+// Decoding through the plain forward (Transformers' generate() calls flash_attn_func with one
+// query per sequence and the whole cache as k and v): a few query rows per KV head, which the
+// forward kernels run as one tile per (KV) head without splitting the keys, most of the GPU
+// idle. The KV-cache kernel's decode tile packs the query heads of a KV head and splits the
+// keys over the GPU; the call is flash_attn_with_kvcache's over a full cache of seqlen_k keys
+// (no cache_seqlens, nothing appended). Dense calls only, without dropout or seqused_k, that
+// the KV-cache plan runs in place.
+bool decode_route(const core::AttentionParams& p, int device, FwdPlan* plan) {
+  if (p.is_varlen() || p.seqused_k != nullptr || p.has_dropout() || p.batch < 1 ||
+      p.seqlen_q < 1 || p.seqlen_k < 1 || p.nheads_k < 1 || p.nheads % p.nheads_k != 0 ||
+      static_cast<int64_t>(p.seqlen_q) * (p.nheads / p.nheads_k) > kKvDecodeMaxRows) {
+    return false;
+  }
+  uint64_t workspace = 0;
+  if (!kvcache_decodes_in_place(as_full_cache(p), device, &workspace)) return false;
+  plan->kernel = FwdKernel::kKvDecode;
+  plan->head_dim = kv_kernel_head_dim(p.head_dim);
+  plan->block_m = kv_decode_tile(plan->head_dim).block_m;
+  plan->workspace_bytes = workspace;
+  return true;
+}
+
 // The layout of the padded copy (pad_inputs): contiguous, so every family accepts it.
 core::AttentionParams padded_shape(const core::AttentionParams& p, int head_dim) {
   core::AttentionParams k = p;
@@ -88,6 +119,7 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
     return unsupported("q: expected batch and nheads <= 65535, got batch=" +
                        std::to_string(p.batch) + " nheads=" + std::to_string(p.nheads));
   }
+  if (decode_route(p, device, plan)) return Status::Ok();
   plan->head_dim = fwd_kernel_head_dim(p.head_dim);
   const bool varlen = p.is_varlen();
   const auto in_place = [&](const core::Operand& op) { return aligned_for_kernels(op, varlen); };
@@ -118,7 +150,9 @@ size_t forward_workspace_size(const core::AttentionParams& params) {
     return 0;
   }
   FwdPlan plan;
-  if (!choose_kernel(params, device, &plan).ok() || !plan.padded) return 0;
+  if (!choose_kernel(params, device, &plan).ok()) return 0;
+  if (plan.kernel == FwdKernel::kKvDecode) return plan.workspace_bytes;
+  if (!plan.padded) return 0;
   return padded_workspace_bytes(params, plan.head_dim);
 }
 
@@ -129,6 +163,14 @@ Status forward(const core::AttentionParams& params, void* workspace, void* strea
   FwdPlan plan;
   const Status chosen = choose_kernel(params, device, &plan);
   if (!chosen.ok()) return chosen;
+  if (plan.kernel == FwdKernel::kKvDecode) {
+    if (plan.workspace_bytes > 0 && workspace == nullptr) {
+      return Status(StatusCode::kInvalidArgument,
+                    "launch.workspace: expected " + std::to_string(plan.workspace_bytes) +
+                        " bytes for the split keys of a decoding call, got nullptr");
+    }
+    return kvcache_decode(as_full_cache(params), workspace, stream);
+  }
   if (!plan.padded) return run_kernel(params, plan.kernel, stream);
   if (workspace == nullptr) {
     return Status(StatusCode::kInvalidArgument,

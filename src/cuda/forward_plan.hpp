@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/params.hpp"
 #include "flashattn/flashattn.hpp"
@@ -15,6 +16,9 @@ enum class FwdKernel {
   kNone,
   kSm80,  // mma.sync FlashAttention-2 kernel (sm80/), sm_80 and newer
   kSm90,  // warp-specialized wgmma + TMA kernel (sm90/fwd_kernel.cuh), sm_90a
+  // The KV-cache kernel's split-KV decode tile (kvcache.cu) over k and v read as a full cache:
+  // the decode route for a few query rows per KV head (forward.cu).
+  kKvDecode,
 };
 
 struct FwdPlan {
@@ -22,6 +26,7 @@ struct FwdPlan {
   int head_dim = 0;     // the compiled head dim that runs (>= params.head_dim)
   int block_m = 0;      // query rows per block (or tile) of that kernel
   bool padded = false;  // q, k, v and out go through a padded, aligned copy in the workspace
+  uint64_t workspace_bytes = 0;  // kKvDecode: the split partials (and a staged q)
 };
 
 // Ok and the plan when `params` can run on `device`; otherwise why not (kUnsupported).
@@ -34,5 +39,11 @@ Status choose_paged_kernel(const core::KVCacheParams& params, int device, FwdPla
 
 // Runs `params` on the family `kernel` that choose_paged_kernel picked.
 Status forward_paged(const core::KVCacheParams& params, FwdKernel kernel, cudaStream_t stream);
+
+// The decode route (kvcache.cu): whether the KV-cache kernel's decode tile runs `params` (no
+// append, no rotary) in place, and if so the workspace it needs; then the run.
+bool kvcache_decodes_in_place(const core::KVCacheParams& params, int device,
+                              uint64_t* workspace_bytes);
+Status kvcache_decode(const core::KVCacheParams& params, void* workspace, cudaStream_t stream);
 
 }  // namespace flashattn::cuda

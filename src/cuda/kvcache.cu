@@ -250,6 +250,21 @@ Status attend(const core::KVCacheParams& params, const KvPlan& plan, unsigned ch
 
 }  // namespace
 
+bool kvcache_decodes_in_place(const core::KVCacheParams& params, int device,
+                              uint64_t* workspace_bytes) {
+  KvPlan plan;
+  if (!choose_plan(params, device, &plan).ok() || plan.padded || !plan.decode) return false;
+  *workspace_bytes = plan.workspace_bytes();
+  return true;
+}
+
+Status kvcache_decode(const core::KVCacheParams& params, void* workspace, cudaStream_t stream) {
+  KvPlan plan;
+  const Status chosen = current_plan(params, &plan);
+  if (!chosen.ok()) return chosen;
+  return attend(params, plan, static_cast<unsigned char*>(workspace), stream);
+}
+
 Status check_kvcache(const core::KVCacheParams& params, int device) {
   KvPlan plan;
   return choose_plan(params, device, &plan);

@@ -70,7 +70,9 @@ __global__ void stage_q_kernel(const __grid_constant__ core::KVCacheParams p, T*
   const int i = blockIdx.x % p.seqlen_q;
   const int h = blockIdx.y;
   const bool positional = p.window_left >= 0 || p.window_right >= 0;  // causal included
-  const int position = p.cache_seqlens[b] + (positional ? i : 0);
+  // No cache_seqlens: the dense forward's decode route, which has no rotary.
+  const int cached = p.cache_seqlens != nullptr ? p.cache_seqlens[b] : 0;
+  const int position = cached + (positional ? i : 0);
   const T* src = static_cast<const T*>(p.q.ptr) + core::element_offset(p.q, b, i, h);
   T* dst = staged + ((static_cast<int64_t>(b) * p.seqlen_q + i) * p.nheads + h) * p.head_dim;
   for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {

@@ -24,7 +24,9 @@ struct KvRows {
   int hk;
   int group;
   int seqlen_q;
-  int seqlen_k;  // logical keys: cache_seqlens[b] + appended - leftpad
+  // logical keys: cache_seqlens[b] + appended - leftpad; without cache_seqlens (the dense
+  // forward's decode route, forward.cu) the whole cache, seqlen_k keys.
+  int seqlen_k;
   int leftpad;
   int64_t cache_row;  // contiguous cache: the row of batch entry b
   int page_shift;     // log2(page_size) when it is a power of two (no division), else -1
@@ -33,7 +35,7 @@ struct KvRows {
       : b(batch), hk(kv_head), group(p.nheads / p.nheads_k), seqlen_q(p.seqlen_q) {
     leftpad = p.cache_leftpad != nullptr ? p.cache_leftpad[b] : 0;
     const int appended = p.k_new.ptr != nullptr ? p.seqlen_new : 0;
-    seqlen_k = p.cache_seqlens[b] + appended - leftpad;
+    seqlen_k = (p.cache_seqlens != nullptr ? p.cache_seqlens[b] : p.seqlen_k) + appended - leftpad;
     cache_row = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
     page_shift = __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1;
   }

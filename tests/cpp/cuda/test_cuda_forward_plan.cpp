@@ -103,6 +103,29 @@ TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
   EXPECT_EQ(plan_of(short_causal).kernel, hopper_or_sm80()) << "d = 256, causal, 513 keys";
 }
 
+// Decoding through the plain forward: at most kKvDecodeMaxRows query rows per KV head take
+// the KV-cache kernel's split decode tile on any device, with a workspace for the partial
+// results of its key splits; more rows, dropout or varlen take the forward kernels.
+TEST_F(CudaForwardPlan, ShortQueriesTakeTheDecodeRoute) {
+  auto with_queries = [](int seqlen_q) {
+    flashattn::core::AttentionParams p = dense_params(128);  // 8 heads on 2 KV heads
+    p.seqlen_q = seqlen_q;
+    p.total_q = p.batch * seqlen_q;
+    p.q.batch_stride = p.out.batch_stride = p.q.row_stride * seqlen_q;
+    return p;
+  };
+  for (int seqlen_q : {1, 8}) {  // 4 and 32 rows per KV head
+    const FwdPlan plan = plan_of(with_queries(seqlen_q));
+    EXPECT_EQ(plan.kernel, FwdKernel::kKvDecode) << seqlen_q << " queries";
+    EXPECT_GT(plan.workspace_bytes, 0u) << "1024 keys split for 4 blocks";
+    EXPECT_FALSE(plan.padded);
+  }
+  EXPECT_EQ(plan_of(with_queries(9)).kernel, hopper_or_sm80()) << "36 rows per KV head";
+  flashattn::core::AttentionParams dropout = with_queries(1);
+  dropout.dropout_p = 0.1f;
+  EXPECT_EQ(plan_of(dropout).kernel, FwdKernel::kSm80) << "dropout";
+}
+
 // A paged KV cache of 64 pages of `page_size` rows over the dense problem's q: the prefill's
 // forward through block_table (forward_paged.cu's choose_paged_kernel).
 flashattn::core::KVCacheParams paged_params(int head_dim, int page_size) {

@@ -29,7 +29,11 @@ TEST_F(CudaForwardSanitize, SmallProblems) {
   windowed_varlen.seqlens_k = {9, 80};
   windowed_varlen.causal = true;
   windowed_varlen.window_left = 10;
-  for (const Problem& p : {causal, more_keys, fewer_keys, padded, strided, windowed_varlen}) {
+  // The decode route: the KV-cache kernel's split decode tile and the combine.
+  Problem decode_route = dense_problem(DType::kBF16, {2, 8, 2, 1, 1500, 128}, 18);
+  decode_route.causal = true;
+  for (const Problem& p :
+       {causal, more_keys, fewer_keys, padded, strided, windowed_varlen, decode_route}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }

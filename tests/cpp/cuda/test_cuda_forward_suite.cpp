@@ -325,6 +325,37 @@ TEST_P(CudaForward, StridedViews) {
   }
 }
 
+// Decoding through the plain forward (at most 32 query rows per KV head): the KV-cache
+// kernel's split decode tile reads k and v as a full cache (forward.cu's decode route). One to
+// eight queries, groups up to MQA's 32, keys from one to past a split, every mask and score
+// option, lse, the head-major layout of Transformers' caches, and misaligned q (staged).
+TEST_P(CudaForward, DecodeRouteShortQueries) {
+  const struct {
+    Shape shape;
+    bool causal;
+  } cases[] = {{{2, 8, 2, 1, 1, 128}, true},      {{3, 8, 2, 1, 77, 128}, false},
+               {{1, 32, 8, 1, 3000, 128}, true},  {{2, 32, 1, 1, 1500, 64}, true},
+               {{2, 16, 2, 4, 700, 256}, true},   {{1, 4, 4, 8, 2100, 64}, false},
+               {{2, 8, 2, 3, 2, 128}, true},      {{1, 16, 4, 2, 4100, 96}, true}};
+  for (const auto& c : cases) {
+    Problem p = problem(c.shape);
+    p.causal = c.causal;
+    expect_passes_on_cuda(p);
+  }
+  Problem options = problem({2, 8, 2, 2, 900, 128});
+  options.window_left = 100;
+  options.window_right = 0;
+  options.alibi = true;
+  options.alibi_per_batch = true;
+  options.softcap = 20.f;
+  expect_passes_on_cuda(options);
+  for (Layout layout : {Layout::kHeadMajor, Layout::kMisalignedPointer}) {
+    Problem p = problem({2, 8, 2, 1, 1100, 128});
+    p.causal = true;
+    expect_passes(fa_test::check_forward(p, with_layout(cuda_runner(), layout)));
+  }
+}
+
 // Head-major views, and misaligned strides or pointers (served through the workspace).
 TEST_P(CudaForward, OtherLayouts) {
   for (Layout layout :
