@@ -155,6 +155,12 @@ Status expect_pair(const Tensor& first, const char* first_name, const Tensor& se
 core::Operand operand_of(const Tensor& t) {
   core::Operand op;
   op.ptr = t.data;
+  // An empty view is never read or written, and check_storage does not bound its strides:
+  // the backends get zero strides for it, so that no offset they derive from it (a base per
+  // batch entry or KV head of k with no keys, say) can overflow.
+  for (int d = 0; d < t.rank && d < kMaxRank; ++d) {
+    if (t.shape[d] == 0) return op;
+  }
   if (t.rank == 4) {
     op.batch_stride = t.stride[0];
     op.row_stride = t.stride[1];
