@@ -59,35 +59,63 @@ def _kernel_dtype(query):
     return torch.bfloat16
 
 
+class _OncePerPass:
+    """The last value derived from a tensor, kept while the same tensor (the same object with
+    the same version counter) comes back with the same key. Every layer of a forward pass gets
+    the same padding mask and position_ids, and deriving token positions from them reads the
+    device (a synchronization), so it happens once per pass. Under torch.compile nothing is
+    kept."""
+
+    def __init__(self):
+        self._last = None
+
+    def get(self, tensor, key, derive):
+        if torch.compiler.is_compiling():
+            return derive()
+        last = self._last
+        if (last is not None and last[0]() is tensor and last[1] == tensor._version
+                and last[2] == key):
+            return last[3]
+        value = derive()
+        self._last = (weakref.ref(tensor), tensor._version, key, value)
+        return value
+
+
+_unpadding = _OncePerPass()
+_packing = _OncePerPass()
+
+
+def _token_layout(rows_like, mask):
+    """(indices into batch x seqlen, cu_seqlens, longest) of the tokens of a padding mask."""
+    return unpad_input(rows_like, mask)[1:4]
+
+
 def _unpadded(q, k, v, mask, options, deterministic):
     """Padded batch: keep the tokens, attend in the packed layout, scatter back."""
     batch, seqlen_q = q.shape[:2]
     if k.shape[1] > mask.shape[1]:  # a static cache longer than the tokens seen
         k, v = k[:, :mask.shape[1]], v[:, :mask.shape[1]]
-    k_rows, indices_k, cu_k, max_k, _ = unpad_input(k, mask)
-    v_rows = v.reshape(-1, *v.shape[2:])[indices_k]
+    rows = lambda x: x.reshape(-1, *x.shape[2:])
+    indices_k, cu_k, max_k = _unpadding.get(mask, ("k", k.shape[1]),
+                                            lambda: _token_layout(k, mask))
+    k_rows, v_rows = rows(k)[indices_k], rows(v)[indices_k]
     if seqlen_q == k.shape[1]:
-        q_rows = q.reshape(-1, *q.shape[2:])[indices_k]
+        q_rows = rows(q)[indices_k]
         indices_q, cu_q, max_q = indices_k, cu_k, max_k
     elif seqlen_q == 1:  # decoding: one query per sequence
         cu_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
         q_rows, indices_q, max_q = q.squeeze(1), cu_q[:-1], 1
     else:  # queries are the last seqlen_q positions (left padding)
-        q_rows, indices_q, cu_q, max_q, _ = unpad_input(q, mask[:, -seqlen_q:])
+        indices_q, cu_q, max_q = _unpadding.get(
+            mask, ("q", k.shape[1], seqlen_q), lambda: _token_layout(q, mask[:, -seqlen_q:]))
+        q_rows = rows(q)[indices_q]
     varlen = interface._varlen(q_rows, cu_q, cu_k, max_q, max_k)
     out = interface._attention(q_rows, k_rows, v_rows, varlen, options, deterministic, False)
     return pad_input(out, indices_q, batch, seqlen_q)
 
 
-# The packing found in the last position_ids: (a weak reference to the tensor, its version
-# counter, the offsets). Every layer of a forward pass gets the same position_ids, and finding
-# the sequence starts reads the device (a synchronization), so it is done once per pass.
-_last_packing = None
-
-
 def _packed_offsets(position_ids, kwargs):
     """(cu_q, cu_k, max_q, max_k) of sequences packed in one row, or None if not packed."""
-    global _last_packing
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if cu_q is not None and cu_k is not None:
         max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
@@ -96,14 +124,7 @@ def _packed_offsets(position_ids, kwargs):
                 longest(cu_k) if max_k is None else int(max_k))
     if position_ids is None or position_ids.shape[0] != 1:
         return None
-    if torch.compiler.is_compiling():
-        return _find_packing(position_ids)
-    last = _last_packing
-    if last is not None and last[0]() is position_ids and last[1] == position_ids._version:
-        return last[2]
-    packing = _find_packing(position_ids)
-    _last_packing = (weakref.ref(position_ids), position_ids._version, packing)
-    return packing
+    return _packing.get(position_ids, None, lambda: _find_packing(position_ids))
 
 
 def _find_packing(position_ids):

@@ -91,6 +91,26 @@ def test_packing_is_found_once_per_forward_pass(monkeypatch):
     assert not torch.allclose(first, second)
 
 
+def test_padding_is_read_once_per_forward_pass(monkeypatch):
+    """Finding the tokens of a padding mask synchronizes with the device: every layer of a pass
+    shares them; the mask written in place is read again, and the result is still right."""
+    ours, eager = _pair(_llama(num_hidden_layers=3))
+    calls = []
+    layout = flashattn.hf._token_layout
+    monkeypatch.setattr(flashattn.hf, "_token_layout",
+                        lambda rows, mask: calls.append(1) or layout(rows, mask))
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        ours(ids, attention_mask=mask).logits
+        assert len(calls) == 1, "three layers, one pass: one search"
+        mask[2, 9:] = 0
+        got = ours(ids, attention_mask=mask).logits
+        assert len(calls) == 2, "the mask was written in place: searched again"
+        _assert_logits_close(got, eager(ids, attention_mask=mask).logits, mask)
+
+
 def test_sliding_window():
     config = transformers.MistralConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
                                         num_hidden_layers=2, num_attention_heads=4,
