@@ -70,8 +70,8 @@ class _OncePerPass:
         self._last = None
 
     def get(self, tensor, key, derive):
-        if torch.compiler.is_compiling():
-            return derive()
+        if torch.compiler.is_compiling() or tensor.is_inference():
+            return derive()  # inference tensors have no version counter to tell a rewrite
         last = self._last
         if (last is not None and last[0]() is tensor and last[1] == tensor._version
                 and last[2] == key):

@@ -111,6 +111,23 @@ def test_padding_is_read_once_per_forward_pass(monkeypatch):
         _assert_logits_close(got, eager(ids, attention_mask=mask).logits, mask)
 
 
+def test_inference_mode_packed_and_padded():
+    """Inference tensors keep no version counter: under torch.inference_mode the token
+    positions are found every time, and the results stay right."""
+    ours, eager = _pair(_llama())
+    ids = torch.randint(0, 97, (1, 16))
+    position_ids = torch.cat([torch.arange(9), torch.arange(7)])[None]
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.inference_mode():
+        packed = ours(ids, position_ids=position_ids, use_cache=False).logits
+        separate = torch.cat([eager(ids[:, :9]).logits, eager(ids[:, 9:]).logits], dim=1)
+        padded = ours(ids.view(2, 8), attention_mask=mask).logits
+        expected = eager(ids.view(2, 8), attention_mask=mask).logits
+    _assert_logits_close(packed, separate)
+    _assert_logits_close(padded, expected, mask)
+
+
 def test_sliding_window():
     config = transformers.MistralConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
                                         num_hidden_layers=2, num_attention_heads=4,
