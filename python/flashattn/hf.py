@@ -85,6 +85,11 @@ _unpadding = _OncePerPass()
 _packing = _OncePerPass()
 
 
+def _rows(x):
+    """[batch, seqlen, ...] as the packed rows [batch * seqlen, ...]."""
+    return x.reshape(-1, *x.shape[2:])
+
+
 def _token_layout(rows_like, mask):
     """(indices into batch x seqlen, cu_seqlens, longest) of the tokens of a padding mask."""
     return unpad_input(rows_like, mask)[1:4]
@@ -95,12 +100,11 @@ def _unpadded(q, k, v, mask, options, deterministic):
     batch, seqlen_q = q.shape[:2]
     if k.shape[1] > mask.shape[1]:  # a static cache longer than the tokens seen
         k, v = k[:, :mask.shape[1]], v[:, :mask.shape[1]]
-    rows = lambda x: x.reshape(-1, *x.shape[2:])
     indices_k, cu_k, max_k = _unpadding.get(mask, ("k", k.shape[1]),
                                             lambda: _token_layout(k, mask))
-    k_rows, v_rows = rows(k)[indices_k], rows(v)[indices_k]
+    k_rows, v_rows = _rows(k)[indices_k], _rows(v)[indices_k]
     if seqlen_q == k.shape[1]:
-        q_rows = rows(q)[indices_k]
+        q_rows = _rows(q)[indices_k]
         indices_q, cu_q, max_q = indices_k, cu_k, max_k
     elif seqlen_q == 1:  # decoding: one query per sequence
         cu_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
@@ -108,7 +112,7 @@ def _unpadded(q, k, v, mask, options, deterministic):
     else:  # queries are the last seqlen_q positions (left padding)
         indices_q, cu_q, max_q = _unpadding.get(
             mask, ("q", k.shape[1], seqlen_q), lambda: _token_layout(q, mask[:, -seqlen_q:]))
-        q_rows = rows(q)[indices_q]
+        q_rows = _rows(q)[indices_q]
     varlen = interface._varlen(q_rows, cu_q, cu_k, max_q, max_k)
     out = interface._attention(q_rows, k_rows, v_rows, varlen, options, deterministic, False)
     return pad_input(out, indices_q, batch, seqlen_q)
@@ -168,9 +172,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if attention_mask is not None:
         out = _unpadded(q, k, v, attention_mask, options, deterministic)
     elif packed is not None:
-        rows = lambda x: x.reshape(-1, *x.shape[2:])
         varlen = interface._varlen(q, *packed)
-        out = interface._attention(rows(q), rows(k), rows(v), varlen, options, deterministic,
+        out = interface._attention(_rows(q), _rows(k), _rows(v), varlen, options, deterministic,
                                    False)
         out = out.view(q.shape[0], -1, *out.shape[1:])
     else:

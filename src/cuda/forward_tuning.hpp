@@ -108,8 +108,9 @@ constexpr bool fwd_sm90_faster(int head_dim, bool grows, int seqlen_k) {
   return !(head_dim > 192 && grows && seqlen_k <= 512);
 }
 
-// Whether the dense forward ever takes the narrow tile: at d = 192 and 256 the 64-key blocks
-// were slower than the table's on every cell of the grid (bench/RESULTS.md).
+// Whether the dense forward ever takes the narrow tile: at d = 256 the 64-key blocks were
+// slower than the 80-key ones in the tuner's grid except causal 1k; d = 192 was not timed with
+// them (the ninth session's tile table, bench/history/h200-2026-12-01.md).
 constexpr bool fwd_sm90_dense_may_narrow(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
