@@ -131,6 +131,8 @@ Status validate_forward(const ForwardArgs& a, const Target& target, core::Attent
                                  {"descale.k", &a.descale.k},
                                  {"descale.v", &a.descale.v}});
   FA_RETURN_IF_ERROR(check_placement(tensors, target));
+  FA_RETURN_IF_ERROR(check_pointer_placement("options.dropout_seed_offset",
+                                             a.options.dropout_seed_offset, target));
   FA_RETURN_IF_ERROR(check_contents_and_support(a.q, a.varlen, s, target));
   *params = core::AttentionParams{};
   fill_attention(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options, s, params);
@@ -155,6 +157,8 @@ Status validate_backward(const BackwardArgs& a, const Target& target,
       attention_tensors(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options);
   tensors.insert(tensors.end(), {{"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
   FA_RETURN_IF_ERROR(check_placement(tensors, target));
+  FA_RETURN_IF_ERROR(check_pointer_placement("options.dropout_seed_offset",
+                                             a.options.dropout_seed_offset, target));
   FA_RETURN_IF_ERROR(check_contents_and_support(a.q, a.varlen, s, target));
   *params = core::BackwardParams{};
   fill_attention(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options, s, params);

@@ -59,6 +59,9 @@ Status check_varlen_contents(const VarlenLayout& varlen, const Sizes& sizes);
 // Every present tensor declared on the target's device, and, when the target asks, the
 // CUDA runtime agreeing that each pointer lives where it is declared.
 Status check_placement(const std::vector<NamedTensor>& tensors, const Target& target);
+// A raw pointer the call reads (no Tensor to declare its device): where the runtime says it
+// lives must be the target's device, when the CUDA runtime is usable to say so.
+Status check_pointer_placement(const char* name, const void* ptr, const Target& target);
 
 // FP8: the output of an e4m3 attention is bf16 or fp16 (the caller's out says which).
 Status expect_fp8_output_dtype(const Tensor& out, const char* name);
