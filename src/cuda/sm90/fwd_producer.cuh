@@ -134,22 +134,13 @@ struct FwdProducer {
         }
       }
 
-      // V shares its ring with the previous tile's O staging (when Shape stages O there): the
-      // first V waits for that epilogue, the second K does not.
-      bool v_ring_free = !Storage::kOStagedInV;
-      auto wait_v_ring = [&] {
-        if (!v_ring_free) mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
-        v_ring_free = true;
-      };
       Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went
       for (int n = last - 1; n >= w.kb.begin; --n) {
         kv.advance();
         load_k(w, n, kv);
-        wait_v_ring();
         load_v(w, n + 1, v_at);
         v_at = kv;
       }
-      wait_v_ring();
       load_v(w, w.kb.begin, v_at);
       kv.advance();
       tile_parity ^= 1;

@@ -23,11 +23,10 @@ struct FwdSm90TableTile {
 };
 
 // mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,
-// "empty" when every MMA warp (one arrival each) is done with the buffer. o_empty is used only
-// where O is staged in the V ring.
+// "empty" when every MMA warp (one arrival each) is done with the buffer.
 template <int Stages>
 struct alignas(8) FwdBarriers {
-  uint64_t q_full, q_empty, o_empty;
+  uint64_t q_full, q_empty;
   uint64_t k_full[Stages], k_empty[Stages];
   uint64_t v_full[Stages], v_empty[Stages];
 };
@@ -64,10 +63,10 @@ struct FwdShape {
   using OTile = Swizzle128Tile<kBlockM, kVCols>;  // the epilogue's staging of O
 };
 
-// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O has its own
-// buffer where shared memory allows; otherwise it shares the V ring: the epilogue writes it
-// once every MMA warpgroup is done with the tile's last V, and the producer loads the next
-// tile's first V only after the epilogue has read it back (o_empty).
+// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O is staged
+// only where shared memory has room for it beside the rings; otherwise the epilogue stores it
+// straight from registers, so that the next tile's V never waits for the previous tile's O
+// and the MMA warpgroups never wait for each other at the end of a tile.
 template <class Shape>
 constexpr bool fwd_sm90_o_fits_apart() {
   return Shape::QTile::kBytes + Shape::kStages * (Shape::KTile::kBytes + Shape::VTile::kBytes) +
@@ -75,12 +74,12 @@ constexpr bool fwd_sm90_o_fits_apart() {
          227 * 1024;
 }
 
-template <class Shape, bool kOApart = fwd_sm90_o_fits_apart<Shape>()>
+template <class Shape, bool kOStaged = fwd_sm90_o_fits_apart<Shape>()>
 struct FwdStorage;
 
 template <class Shape>
 struct FwdStorage<Shape, true> {
-  static constexpr bool kOStagedInV = false;
+  static constexpr bool kStagesO = true;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
   alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
@@ -90,13 +89,10 @@ struct FwdStorage<Shape, true> {
 
 template <class Shape>
 struct FwdStorage<Shape, false> {
-  static constexpr bool kOStagedInV = true;
+  static constexpr bool kStagesO = false;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
-  union alignas(1024) {
-    uint8_t v[Shape::kStages][Shape::VTile::kBytes];
-    uint8_t o[Shape::OTile::kBytes];
-  };
+  alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
   FwdBarriers<Shape::kStages> bar;
 };
 
