@@ -132,6 +132,8 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
 // and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 / 4.54 TB/s at
 // 32k / 128k keys, 4 splits 4.23 / 4.41). Not over a paged cache: one block per SM leaves
 // the page lookups exposed (batch 8 / 32k, page 16: 3.51 TB/s with 2 splits, 4.24 with 4).
+// Nor over an e4m3 cache, whose blocks convert what they read: alone on an SM they leave it
+// waiting on their own instructions, and the blocks of one wave hide each other's.
 // Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than
 // it gains), each at least 4 key blocks long (shorter ones spend more on filling the pipeline
 // and on the combine than they gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k
@@ -147,7 +149,8 @@ int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile,
   if (blocks == 0) return 1;
   constexpr int kLongSplit = 256;  // key blocks: 16k keys of 64
   const int64_t one_per_sm = std::min<int64_t>(sms / blocks, kMaxKvSplits);
-  if (decode && !p.is_paged() && one_per_sm >= 1 && key_blocks / one_per_sm >= kLongSplit) {
+  if (decode && !p.is_paged() && !p.kv_e4m3 && one_per_sm >= 1 &&
+      key_blocks / one_per_sm >= kLongSplit) {
     return static_cast<int>(one_per_sm);
   }
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
