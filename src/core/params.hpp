@@ -27,7 +27,7 @@ struct Descale {
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
 
-  float at(int b, int g) const {
+  FA_HOST_DEVICE float at(int b, int g) const {
     return ptr != nullptr ? ptr[b * batch_stride + g * head_stride] : 1.f;
   }
 };

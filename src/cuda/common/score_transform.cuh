@@ -44,6 +44,25 @@ inline ScoreScales score_scales(const core::AttentionParams& p) {
   return sc;
 }
 
+// The conversions for keys read as stored, k / descale (an e4m3 cache): the descale joins
+// the scale (softcap's pre-scale when softcap is on), so the raw score of the stored keys is
+// used as is. A product of 0 (a zero descale) makes every visible score 0, which is
+// score_scales' case of scale 0.
+__host__ __device__ __forceinline__ ScoreScales with_key_descale(ScoreScales sc, float descale) {
+  if (sc.softcap_pre != 0.f) {
+    sc.softcap_pre *= descale;
+    if (sc.softcap_pre != 0.f) return sc;
+  } else if (sc.unit * descale != 0.f) {
+    sc.unit *= descale;
+    sc.log2_unit *= descale;
+    return sc;
+  }
+  sc.unit = FLT_MIN;
+  sc.log2_unit = FLT_MIN * 1.4426950408889634f;
+  sc.softcap_pre = 0.f;
+  return sc;
+}
+
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
 // row_query(m, half) is that row's query index (a row past the last query may return an index
 // past it: its results are discarded) and row_slope(m, half) its ALiBi slope in raw units;

@@ -63,19 +63,12 @@ Status kvcache_in_fp32(const Runner& runner) {
   return kvcache_of(p, runner);
 }
 
-// Until the FP8 kernels land (issue 22): e4m3 q, k, v, and an e4m3 cache.
+// Until the FP8 forward lands (issue 22): e4m3 q, k, v. (An e4m3 KV cache runs:
+// test_cuda_kvcache_fp8.cpp.)
 Status forward_in_e4m3(const Runner& runner) {
   fa_test::Problem p;
   p.dtype = flashattn::DType::kF8E4M3;
   return forward_of(p, runner);
-}
-
-Status kvcache_in_e4m3(const Runner& runner) {
-  fa_test::KVCacheProblem p;
-  p.dtype = flashattn::DType::kBF16;
-  p.fp8_cache = true;
-  p.seqlen_new = 1;
-  return kvcache_of(p, runner);
 }
 
 std::string lowercase(std::string text) {
@@ -103,8 +96,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Refusal{"fp32", "fp32", forward_in_fp32},
                       Refusal{"backward_fp32", "fp32", backward_in_fp32},
                       Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32},
-                      Refusal{"e4m3", "e4m3", forward_in_e4m3},
-                      Refusal{"kvcache_e4m3", "e4m3", kvcache_in_e4m3}),
+                      Refusal{"e4m3", "e4m3", forward_in_e4m3}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
 
 }  // namespace
