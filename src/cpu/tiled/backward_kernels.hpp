@@ -339,7 +339,7 @@ inline void fused_key_major_operands(const ScoreRule& rule, const QueryTiles& q,
                                      int out_rows, int depth, const BackwardTiles& t) {
   const int cols = round_up_lanes(q.rows);
   const auto put_row = [](uint16_t* dst, VecF x) {
-    const VecH bits = __builtin_convertvector(computed_bf16_bits(x), VecH);
+    const VecH bits = computed_bf16(x);
     std::memcpy(dst, &bits, sizeof bits);
   };
   fused_gradients(rule, q, keys, t, [&](int j, int c, VecF p, VecF ds) {

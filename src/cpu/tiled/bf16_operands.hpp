@@ -107,13 +107,22 @@ inline VecU element_pairs(VecU first, VecU second, std::index_sequence<L...>) {
 // the build has AVX512-BF16 its conversion instruction does it, which also flushes
 // denormals to zero: harmless for a probability or a gradient term, so never used for
 // the inputs, whose values must pass unchanged.
-inline VecU computed_bf16_bits(VecF x) {
 #if FA_TILED_BF16 != FA_TILED_BF16_NONE && !FA_TILED_EMULATED
-  return (VecU)_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)x));
-#else
-  return bf16_bits(x);
-#endif
+inline VecH computed_bf16(VecF x) {
+  const __m256bh rounded = _mm512_cvtneps_pbh((__m512)x);
+  VecH bits;
+  std::memcpy(&bits, &rounded, sizeof bits);
+  return bits;
 }
+// The same in the low halves of 32-bit lanes (the zero-masked form of the widening: the
+// plain one starts from an undefined vector, which GCC warns about).
+inline VecU computed_bf16_bits(VecF x) {
+  return (VecU)_mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh((__m512)x));
+}
+#else
+inline VecU computed_bf16_bits(VecF x) { return bf16_bits(x); }
+inline VecH computed_bf16(VecF x) { return __builtin_convertvector(bf16_bits(x), VecH); }
+#endif
 
 // word_pairs of two vectors of computed values.
 inline VecU computed_word_pairs(VecF low, VecF high) {
