@@ -1,6 +1,8 @@
 // The tiled CPU backward (dq, dk, dv after its own forward) against the reference under
 // the tolerance rule, over the reference's feature suites, once per supported ISA; and
 // its determinism.
+#include <omp.h>
+
 #include <cstring>
 #include <vector>
 
@@ -175,6 +177,44 @@ TEST_P(CpuBackward, BitwiseDeterministic) {
           EXPECT_TRUE(bytes[t] == first[t]) << "tensor " << t;
         }
       }
+    }
+  }
+}
+
+// The blocks a backward task takes follow the thread count (kernel_set.hpp,
+// backward_task_blocks): one thread runs every block of a head in one task, many threads
+// one block per task. dq, dk and dv keep their bits, over a causal mask, a window and
+// queries and keys of different lengths.
+TEST_P(CpuBackward, BitwiseIdenticalAcrossThreadCounts) {
+  const std::pair<int, int> windows[] = {{-1, 0}, {70, 20}};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [left, right] : windows) {
+      Problem p = base_problem(dtype, 1190);
+      p.batch = 1;
+      p.seqlen_q = 300;
+      p.seqlen_k = 290;
+      p.window_left = left;
+      p.window_right = right;
+      const Inputs in = make_inputs(p);
+      const int threads = omp_get_max_threads();
+      std::vector<std::vector<uint8_t>> first;
+      for (int thread_count : {1, 64}) {
+        omp_set_num_threads(thread_count);
+        Outputs out = make_outputs(p);
+        const flashattn::Launch launch{flashattn::Backend::kCpu};
+        ASSERT_TRUE(flashattn::forward(forward_args(p, in, &out), launch).ok());
+        ASSERT_TRUE(flashattn::backward(backward_args(p, in, &out), launch).ok());
+        const std::vector<std::vector<uint8_t>> bytes = {out.dq.raw_bytes(), out.dk.raw_bytes(),
+                                                         out.dv.raw_bytes()};
+        if (first.empty()) {
+          first = bytes;
+        } else {
+          for (size_t t = 0; t < bytes.size(); ++t) {
+            EXPECT_TRUE(bytes[t] == first[t]) << "tensor " << t << ", window " << left;
+          }
+        }
+      }
+      omp_set_num_threads(threads);
     }
   }
 }

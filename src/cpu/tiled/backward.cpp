@@ -1,6 +1,7 @@
-// The backward driver: the dK/dV pass (one task per key block, sequence and KV head) and
-// the dQ pass (one task per query block, sequence and head). Each output row is written
-// by exactly one task, so the result is the same run to run whatever the schedule.
+// The backward driver: the dK/dV pass (one task per few key blocks, sequence and KV head)
+// and the dQ pass (one task per few query blocks, sequence and head). Each output row is
+// written by exactly one task, so the result is the same run to run whatever the schedule
+// (and the number of blocks per task, which follows the thread count, changes no result).
 #include <omp.h>
 
 #include "cpu/tiled/kernel_set.hpp"
@@ -16,14 +17,19 @@ Status backward(const core::BackwardParams& params) {
   Status status = scratch.allocate(kernels.backward_scratch_floats(params));
   if (!status.ok()) return status;
 
+  const int threads = omp_get_max_threads();
   const int k_blocks =
       (longest_key_sequence(params) + kernels.backward_keys - 1) / kernels.backward_keys;
   const int64_t kv_heads = static_cast<int64_t>(params.batch) * params.nheads_k;
-  const int64_t kv_tasks = kv_heads * k_blocks;
+  const int k_group = backward_task_blocks(kernels, kv_heads, k_blocks, threads);
+  const int k_tasks_per_head = (k_blocks + k_group - 1) / k_group;
+  const int64_t kv_tasks = kv_heads * k_tasks_per_head;
   const int q_blocks =
       (longest_query_sequence(params) + kernels.backward_rows - 1) / kernels.backward_rows;
   const int64_t heads = static_cast<int64_t>(params.batch) * params.nheads;
-  const int64_t q_tasks = heads * q_blocks;
+  const int q_group = backward_task_blocks(kernels, heads, q_blocks, threads);
+  const int q_tasks_per_head = (q_blocks + q_group - 1) / q_group;
+  const int64_t q_tasks = heads * q_tasks_per_head;
 #pragma omp parallel
   {
     float* tiles = scratch.slice(omp_get_thread_num());
@@ -32,17 +38,20 @@ Status backward(const core::BackwardParams& params) {
     // queries, and the last query blocks see the most keys).
 #pragma omp for schedule(dynamic, 1) nowait  // the dQ pass reads nothing the dK/dV pass writes
     for (int64_t task = 0; task < kv_tasks; ++task) {
-      const int64_t head = task / k_blocks;
-      const int k_block = static_cast<int>(task % k_blocks);
+      const int64_t head = task / k_tasks_per_head;
+      const int k_block = static_cast<int>(task % k_tasks_per_head) * k_group;
       kernels.backward_dkdv_block(params, static_cast<int>(head / params.nheads_k),
-                                  static_cast<int>(head % params.nheads_k), k_block, tiles);
+                                  static_cast<int>(head % params.nheads_k), k_block, k_group,
+                                  tiles);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < q_tasks; ++task) {
-      const int64_t head = task / q_blocks;
-      const int q_block = q_blocks - 1 - static_cast<int>(task % q_blocks);
+      const int64_t head = task / q_tasks_per_head;
+      const int q_block =
+          (q_tasks_per_head - 1 - static_cast<int>(task % q_tasks_per_head)) * q_group;
       kernels.backward_dq_block(params, static_cast<int>(head / params.nheads),
-                                static_cast<int>(head % params.nheads), q_block, tiles);
+                                static_cast<int>(head % params.nheads), q_block, q_group,
+                                tiles);
     }
   }
   return Status::Ok();

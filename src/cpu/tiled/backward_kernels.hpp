@@ -1,17 +1,25 @@
 // The FlashAttention-2 backward on the CPU, in two passes so that no output is shared
 // between threads (always deterministic, no atomics):
-//   dK/dV pass, one task per (sequence, KV head, key block): for each query head of the
-//     group and each query block that sees the keys, recompute P from the saved lse,
-//     dP = dO V^T, dS = P * (dP - D), then dV += P^T dO and dK += dS^T Q;
-//   dQ pass, one task per (sequence, head, query block): the same P and dS, then
-//     dQ += dS K.
+//   dK/dV pass, one task per (sequence, KV head, a few key blocks): for each query head of
+//     the group and each query block that sees the keys, load the query block once, and for
+//     each key block recompute P from the saved lse, dP = dO V^T, dS = P * (dP - D), then
+//     dV += P^T dO and dK += dS^T Q;
+//   dQ pass, one task per (sequence, head, a few query blocks): for each K/V tile that a
+//     block sees, load it once, and for each block the same P and dS, then dQ += dS K.
 // D = rowsum(dO * O) is recomputed per query block, so memory stays a few tiles per
-// thread. Score tiles are key-major (see scores.hpp).
+// thread. Query blocks start at multiples of kBlockQ and key tiles at multiples of kBlockK
+// and always hold every row (key) of the sequence they cover, so each (query block, key
+// tile) pair does the same arithmetic whichever blocks share a task: the results do not
+// depend on the grouping, hence not on the thread count. Score tiles are key-major (see
+// scores.hpp).
 //
 // With bf16 products (gemm_bf16.hpp) every product takes bf16 operands packed from the
-// fp32 tiles (after a non-finite value was set aside), and dQ is kept transposed
+// fp32 tiles, each once per load (a product that sets a non-finite value aside packs its
+// operand again, and again after restoring it), and dQ is kept transposed
 // (dQ^T += K^T dS) so that dS goes in as row pairs of the key-major tile; dK and dV take P
-// and dS key-major, their rows rounded to bf16 in place order.
+// and dS key-major, their rows rounded to bf16 in place order. In a tile that every row
+// of the block sees whole, without dropout, softcap or ALiBi (most tiles),
+// fused_gradients computes P and dS and rounds them into those operands in one pass.
 #pragma once
 
 #include "cpu/tiled/gemm.hpp"
@@ -23,39 +31,58 @@
 
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
+// One loaded query block: its rows, the product operands made from them, the saved lse
+// and D, and (dQ pass) its dQ.
+struct QueryTiles {
+  int row0 = 0, rows = 0;  // the rows loaded
+  float* q_rows;    // [kBlockQ][d_pad]
+  float* do_rows;   // [kBlockQ][dv_pad]
+  float* dq;        // [kBlockQ][d_pad]; bf16 products: dQ^T, [d_pad][kBlockQ]
+  float* lse;       // [kBlockQ]: lse, +inf for rows without keys and padding
+  float* delta;     // [kBlockQ]: D = rowsum(dO * O)
+  // fp32 products only.
+  float* qt = nullptr;   // [d][kBlockQ]: scale * Q^T
+  float* dot = nullptr;  // [dv][kBlockQ]: dO^T
+  // bf16 products only: B operands (pairs).
+  uint32_t* qt_pairs = nullptr;   // [d_bf16 / 2][kBlockQ]: S^T = K Q^T
+  uint32_t* dot_pairs = nullptr;  // [dv_bf16 / 2][kBlockQ]: dP^T = V dO^T
+  uint32_t* q_pairs = nullptr;    // [kBlockQ / 2][d_pad]: dK += dS^T Q
+  uint32_t* do_pairs = nullptr;   // [kBlockQ / 2][dv_pad]: dV += P^T dO
+};
+
+// One loaded key block (K/V tile) and (dK/dV pass) its dK and dV.
+struct KeyTiles {
+  int key0 = 0, keys = 0;  // the keys loaded
+  float* k;   // [kBlockK][d_pad]
+  float* v;   // [kBlockK][dv_pad]
+  float* dk;  // [kBlockK][d_pad]
+  float* dv;  // [kBlockK][dv_pad]
+  // bf16 products only: A operands (bf16 rows, depth contiguous).
+  uint16_t* k16 = nullptr;   // [kBlockK][d_bf16]: S^T = K Q^T
+  uint16_t* v16 = nullptr;   // [kBlockK][dv_bf16]: dP^T = V dO^T
+  uint16_t* kt16 = nullptr;  // [d_pad][kBlockK]: dQ^T += K^T dS
+};
+
+// The per-thread tiles: kGroupB query blocks and kGroupB key blocks (a dK/dV task uses
+// one query block and up to kGroupB key blocks, a dQ task the converse), and the score
+// tiles of the pair at hand.
 struct BackwardTiles {
-  bool bf16;  // the tile products run in bf16 (the tiles at the end are carved)
+  bool bf16;  // the tile products run in bf16
   int d, dv, d_pad, dv_pad;
   int d_bf16, dv_bf16;  // d and dv padded to kBf16Depth
-  float* q_rows;    // [kBlockQ][d_pad]
-  float* qt;        // [d][kBlockQ]
-  float* do_rows;   // [kBlockQ][dv_pad]
-  float* dot;       // [dv][kBlockQ]: dO^T
-  float* k;         // [kBlockK][d_pad]
-  float* v;         // [kBlockK][dv_pad]
+  QueryTiles query[kGroupB];
+  KeyTiles key[kGroupB];
   float* p;         // [kBlockK][kBlockQ]: scores, then P
   float* ds;        // [kBlockK][kBlockQ]: dP, then dS (softmax scale included)
   float* pz;        // [kBlockK][kBlockQ]: dropout factors Z, then P * Z
   float* cap_grad;  // [kBlockK][kBlockQ]: 1 - tanh^2 of the softcap
-  float* dq;        // [kBlockQ][d_pad]; bf16 products: dQ^T, [d_pad][kBlockQ]
-  float* dk;        // [kBlockK][d_pad]
-  float* dv_acc;    // [kBlockK][dv_pad]
-  float* lse;       // [kBlockQ]: lse, +inf for rows without keys and padding
-  float* delta;     // [kBlockQ]: D = rowsum(dO * O)
   float* out_row;   // [dv_pad]
   float* aside;     // [max(kBlockK, kBlockQ)][max(d_pad, dv_pad)]: an operand as loaded,
                     // when its non-finite values are set aside (nonfinite.hpp)
-  // bf16 products only: A operands (bf16 rows, depth contiguous) and B operands (pairs).
-  uint16_t* k16 = nullptr;        // [kBlockK][d_bf16]: K, for S^T = K Q^T
-  uint16_t* v16 = nullptr;        // [kBlockK][dv_bf16]: V, for dP^T = V dO^T
-  uint16_t* kt16 = nullptr;       // [d_pad][kBlockK]: K^T, for dQ^T += K^T dS
-  uint16_t* p16 = nullptr;        // [kBlockK][kBlockQ]: P (or P * Z), for dV += P^T dO
-  uint16_t* ds16 = nullptr;       // [kBlockK][kBlockQ]: dS, for dK += dS^T Q
-  uint32_t* qt_pairs = nullptr;   // [d_bf16 / 2][kBlockQ]
-  uint32_t* dot_pairs = nullptr;  // [dv_bf16 / 2][kBlockQ]
-  uint32_t* q_pairs = nullptr;    // [kBlockQ / 2][d_pad]
-  uint32_t* do_pairs = nullptr;   // [kBlockQ / 2][dv_pad]
-  uint32_t* ds_pairs = nullptr;   // [kBlockK / 2][kBlockQ]
+  // bf16 products only: the score tiles as operands.
+  uint16_t* p16 = nullptr;       // [kBlockK][kBlockQ]: P (or P * Z), for dV += P^T dO
+  uint16_t* ds16 = nullptr;      // [kBlockK][kBlockQ]: dS, for dK += dS^T Q
+  uint32_t* ds_pairs = nullptr;  // [kBlockK / 2][kBlockQ]: dS, for dQ^T += K^T dS
   size_t floats;
 
   BackwardTiles(float* base, int head_dim, int head_dim_v, bool bf16_products)
@@ -68,69 +95,98 @@ struct BackwardTiles {
         dv_bf16(round_up(dv, kBf16Depth)) {
     Carver carve(base);
     const size_t score_tile = static_cast<size_t>(kBlockK) * kBlockQ;
-    q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
-    qt = carve.take(static_cast<size_t>(d) * kBlockQ);
-    do_rows = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
-    dot = carve.take(static_cast<size_t>(dv) * kBlockQ);
-    k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
-    v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
     p = carve.take(score_tile);
     ds = carve.take(score_tile);
     pz = carve.take(score_tile);
     cap_grad = carve.take(score_tile);
-    dq = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
-    dk = carve.take(static_cast<size_t>(kBlockK) * d_pad);
-    dv_acc = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
-    lse = carve.take(kBlockQ);
-    delta = carve.take(kBlockQ);
     out_row = carve.take(dv_pad);
     aside = carve.take(static_cast<size_t>(std::max(kBlockK, kBlockQ)) * std::max(d_pad, dv_pad));
     if (bf16) {
-      k16 = carve.take_u16(static_cast<size_t>(kBlockK) * d_bf16);
-      v16 = carve.take_u16(static_cast<size_t>(kBlockK) * dv_bf16);
-      kt16 = carve.take_u16(static_cast<size_t>(d_pad) * kBlockK);
       p16 = carve.take_u16(score_tile);
       ds16 = carve.take_u16(score_tile);
-      qt_pairs = carve.take_u32(static_cast<size_t>(d_bf16 / 2) * kBlockQ);
-      dot_pairs = carve.take_u32(static_cast<size_t>(dv_bf16 / 2) * kBlockQ);
-      q_pairs = carve.take_u32(static_cast<size_t>(kBlockQ / 2) * d_pad);
-      do_pairs = carve.take_u32(static_cast<size_t>(kBlockQ / 2) * dv_pad);
       ds_pairs = carve.take_u32(score_tile / 2);
+    }
+    for (QueryTiles& q : query) {
+      q.q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
+      q.do_rows = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
+      q.dq = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
+      q.lse = carve.take(kBlockQ);
+      q.delta = carve.take(kBlockQ);
+      if (bf16) {
+        q.qt_pairs = carve.take_u32(static_cast<size_t>(d_bf16 / 2) * kBlockQ);
+        q.dot_pairs = carve.take_u32(static_cast<size_t>(dv_bf16 / 2) * kBlockQ);
+        q.q_pairs = carve.take_u32(static_cast<size_t>(kBlockQ / 2) * d_pad);
+        q.do_pairs = carve.take_u32(static_cast<size_t>(kBlockQ / 2) * dv_pad);
+      } else {
+        q.qt = carve.take(static_cast<size_t>(d) * kBlockQ);
+        q.dot = carve.take(static_cast<size_t>(dv) * kBlockQ);
+      }
+    }
+    for (KeyTiles& k : key) {
+      k.k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+      k.v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+      k.dk = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+      k.dv = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+      if (bf16) {
+        k.k16 = carve.take_u16(static_cast<size_t>(kBlockK) * d_bf16);
+        k.v16 = carve.take_u16(static_cast<size_t>(kBlockK) * dv_bf16);
+        k.kt16 = carve.take_u16(static_cast<size_t>(d_pad) * kBlockK);
+      }
     }
     floats = carve.used();
   }
 };
 
-// Loads query rows [row0, row0 + rows) of head h: Q, scale * Q^T (so the score tiles
-// come out scaled), dO and dO^T, the saved lse and D = rowsum(dO * O).
+// The B operands of dV += P^T dO and dK += dS^T Q: the loaded rows of dO and Q in pairs.
+inline void pack_query_pairs(const BackwardTiles& t, QueryTiles* q) {
+  const int depth = round_up(q->rows, kBf16Depth);
+  pack_row_pairs([&](int c) { return q->do_rows + c * t.dv_pad; }, q->rows, t.dv, depth,
+                 t.dv_pad, q->do_pairs, t.dv_pad);
+  pack_row_pairs([&](int c) { return q->q_rows + c * t.d_pad; }, q->rows, t.d, depth, t.d_pad,
+                 q->q_pairs, t.d_pad);
+}
+
+// The A operand of dQ^T += K^T dS: the loaded K, transposed.
+inline void pack_key_columns(const BackwardTiles& t, KeyTiles* k) {
+  pack_bf16_columns([&](int j) { return k->k + j * t.d_pad; }, k->keys, t.d,
+                    round_up(k->keys, kBf16Depth), t.d_pad, k->kt16, kBlockK);
+}
+
+// Loads query rows [row0, row0 + rows) of head h into q: Q, dO, the product operands
+// made from them (fp32: scale * Q^T, so the score tiles come out scaled, and dO^T), the
+// saved lse and D = rowsum(dO * O).
 template <ElementType Type>
 void load_query_block(const core::BackwardParams& params, const SequenceRows& seq, int h,
-                      int row0, int rows, float rule_scale, const BackwardTiles& t) {
+                      int row0, int rows, float rule_scale, const BackwardTiles& t,
+                      QueryTiles* q) {
   using Element = Storage<Type>;
   const auto rows_of = [&](const core::Operand& op) {
     const Element* base = static_cast<const Element*>(op.ptr) +
                           element_offset(op, seq.batch, seq.q_row0 + row0, h);
     return [base, &op](int r) { return base + r * op.row_stride; };
   };
+  q->row0 = row0;
+  q->rows = rows;
   const int cols = round_up_lanes(rows);
-  pack_rows<Type>(rows_of(params.q), rows, t.d, t.d_pad, t.q_rows, t.d_pad);
-  pack_rows<Type>(rows_of(params.dout), rows, t.dv, t.dv_pad, t.do_rows, t.dv_pad);
+  pack_rows<Type>(rows_of(params.q), rows, t.d, t.d_pad, q->q_rows, t.d_pad);
+  pack_rows<Type>(rows_of(params.dout), rows, t.dv, t.dv_pad, q->do_rows, t.dv_pad);
   if (t.bf16) {
-    pack_column_pairs([&](int c) { return t.q_rows + c * t.d_pad; }, rows, t.d, cols, t.d_bf16,
-                      t.qt_pairs, kBlockQ);
-    pack_column_pairs([&](int c) { return t.do_rows + c * t.dv_pad; }, rows, t.dv, cols,
-                      t.dv_bf16, t.dot_pairs, kBlockQ);
+    pack_column_pairs([&](int c) { return q->q_rows + c * t.d_pad; }, rows, t.d, cols,
+                      t.d_bf16, q->qt_pairs, kBlockQ);
+    pack_column_pairs([&](int c) { return q->do_rows + c * t.dv_pad; }, rows, t.dv, cols,
+                      t.dv_bf16, q->dot_pairs, kBlockQ);
+    pack_query_pairs(t, q);
   } else {
-    transpose(t.q_rows, t.d_pad, rows, t.d, cols, t.qt, kBlockQ, rule_scale);
-    transpose(t.do_rows, t.dv_pad, rows, t.dv, cols, t.dot, kBlockQ);
+    transpose(q->q_rows, t.d_pad, rows, t.d, cols, q->qt, kBlockQ, rule_scale);
+    transpose(q->do_rows, t.dv_pad, rows, t.dv, cols, q->dot, kBlockQ);
   }
 
   const auto out_row = rows_of(params.out);
   for (int i = 0; i < rows; ++i) {
     const float saved = params.lse[lse_offset(params, seq, h, row0 + i)];
-    t.lse[i] = saved == -INFINITY ? INFINITY : saved;
+    q->lse[i] = saved == -INFINITY ? INFINITY : saved;
     to_float<Type>(out_row(i), t.out_row, t.dv);
-    const float* dout = t.do_rows + i * t.dv_pad;
+    const float* dout = q->do_rows + i * t.dv_pad;
     float sum = 0.f;
     if (t.bf16) {
       // dP comes from bf16 products, whose order of summation is the hardware's: no
@@ -146,26 +202,27 @@ void load_query_block(const core::BackwardParams& params, const SequenceRows& se
       // element, in order), so dP - D is exactly 0 where P is one-hot and out = v.
       for (int c = 0; c < t.dv; ++c) sum = fma_scalar(dout[c], t.out_row[c], sum);
     }
-    t.delta[i] = sum;
+    q->delta[i] = sum;
   }
   for (int i = rows; i < cols; ++i) {
-    t.lse[i] = INFINITY;
-    t.delta[i] = 0.f;
+    q->lse[i] = INFINITY;
+    q->delta[i] = 0.f;
   }
 }
 
-// From raw tiles t.p = K Q^T and t.ds = V dO^T of keys [key0, key0 + keys) and the loaded
-// query block: t.p becomes P, t.ds becomes scale * dS (softcap's chain rule included).
+// From raw tiles t.p = K Q^T and t.ds = V dO^T of keys [key0, key0 + keys) and the query
+// block q: t.p becomes P, t.ds becomes scale * dS (softcap's chain rule included).
 // Returns the tile dV needs: P, or P * Z with dropout. In a partly masked tile the masked
 // pairs of P, P * Z and dS are set to exactly 0: computed, they would be 0 * NaN there when
 // the row's lse, D, dO or the key's V is not finite.
-inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, int key0,
+inline const float* tile_gradients(const ScoreRule& rule, const QueryTiles& q, int key0,
                                    int keys, const BackwardTiles& t) {
+  const int row0 = q.row0, rows = q.rows;
   const int cols = round_up_lanes(rows);
   const bool softcap = rule.softcap > 0.f;
   finish_scores(rule, TileColumns::consecutive(row0, rows), cols, key0, keys, t.p, kBlockQ,
                 softcap ? t.cap_grad : nullptr);
-  probabilities_from_lse(t.p, kBlockQ, keys, cols, t.lse);
+  probabilities_from_lse(t.p, kBlockQ, keys, cols, q.lse);
   if (rule.dropout) {
     dropout_factors(rule, row0, rows, cols, key0, keys, t.pz, kBlockQ);
     multiply_tile(t.ds, t.pz, kBlockQ, keys, cols);  // dP of the dropped-out P
@@ -176,7 +233,7 @@ inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, in
     float* ds = t.ds + j * kBlockQ;
     const float* p = t.p + j * kBlockQ;
     for (int c = 0; c < cols; c += kLanes) {
-      VecF grad = load(p + c) * (load(ds + c) - load(t.delta + c));
+      VecF grad = load(p + c) * (load(ds + c) - load(q.delta + c));
       if (softcap) grad = grad * load(t.cap_grad + j * kBlockQ + c);
       store(ds + c, grad * scale);
     }
@@ -197,40 +254,141 @@ inline const float* tile_gradients(const ScoreRule& rule, int row0, int rows, in
   return rule.dropout ? t.pz : t.p;
 }
 
-// The loaded K and V tile (keys rows) as the A operands of the score products, in bf16.
-inline void pack_key_tile_bf16(int keys, const BackwardTiles& t) {
-  pack_bf16_rows([&](int j) { return t.k + j * t.d_pad; }, keys, t.d, round_up(keys, kBf16Rows),
-                 t.d_bf16, t.k16, t.d_bf16);
-  pack_bf16_rows([&](int j) { return t.v + j * t.dv_pad; }, keys, t.dv,
-                 round_up(keys, kBf16Rows), t.dv_bf16, t.v16, t.dv_bf16);
+// Loads keys [key0, key0 + keys) of KV head hk into k: K and V in fp32 and, with bf16
+// products, as the A operands of the score products (and, with `transposed`, K^T for dQ).
+template <ElementType Type>
+void load_key_block(const core::BackwardParams& params, const SequenceRows& seq, int hk,
+                    int key0, int keys, bool transposed, const BackwardTiles& t, KeyTiles* k) {
+  using Element = Storage<Type>;
+  const Element* kp = static_cast<const Element*>(params.k.ptr) +
+                      element_offset(params.k, seq.batch, seq.k_row0 + key0, hk);
+  const Element* vp = static_cast<const Element*>(params.v.ptr) +
+                      element_offset(params.v, seq.batch, seq.k_row0 + key0, hk);
+  k->key0 = key0;
+  k->keys = keys;
+  pack_rows<Type>([&](int j) { return kp + j * params.k.row_stride; }, keys, t.d, t.d_pad, k->k,
+                  t.d_pad);
+  pack_rows<Type>([&](int j) { return vp + j * params.v.row_stride; }, keys, t.dv, t.dv_pad,
+                  k->v, t.dv_pad);
+  if (!t.bf16) return;
+  pack_bf16_rows([&](int j) { return k->k + j * t.d_pad; }, keys, t.d, round_up(keys, kBf16Rows),
+                 t.d_bf16, k->k16, t.d_bf16);
+  pack_bf16_rows([&](int j) { return k->v + j * t.dv_pad; }, keys, t.dv,
+                 round_up(keys, kBf16Rows), t.dv_bf16, k->v16, t.dv_bf16);
+  if (transposed) pack_key_columns(t, k);
 }
 
-// The raw score tiles of keys x cols: t.p = scale * K Q^T and t.ds = V dO^T.
-inline void score_products(int keys, int cols, float scale, const BackwardTiles& t) {
+// The raw score tiles of a key block and a query block: t.p = scale * K Q^T (K Q^T when
+// `unscaled`, bf16 products only) and t.ds = V dO^T.
+inline void score_products(const QueryTiles& q, const KeyTiles& k, float scale, bool unscaled,
+                           const BackwardTiles& t) {
+  const int cols = round_up_lanes(q.rows);
   if (t.bf16) {
-    const int rows = round_up(keys, kBf16Rows);
-    gemm_bf16(rows, cols, t.d_bf16, t.k16, t.d_bf16, t.qt_pairs, kBlockQ, t.p, kBlockQ, false);
-    scale_tile(t.p, kBlockQ, keys, cols, scale);
-    gemm_bf16(rows, cols, t.dv_bf16, t.v16, t.dv_bf16, t.dot_pairs, kBlockQ, t.ds, kBlockQ,
+    const int rows = round_up(k.keys, kBf16Rows);
+    gemm_bf16(rows, cols, t.d_bf16, k.k16, t.d_bf16, q.qt_pairs, kBlockQ, t.p, kBlockQ, false);
+    if (!unscaled) scale_tile(t.p, kBlockQ, k.keys, cols, scale);
+    gemm_bf16(rows, cols, t.dv_bf16, k.v16, t.dv_bf16, q.dot_pairs, kBlockQ, t.ds, kBlockQ,
               false);
   } else {
-    gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, t.qt, kBlockQ, t.p, kBlockQ, false);
-    gemm<ALayout::kRowMajor>(keys, cols, t.dv, t.v, t.dv_pad, t.dot, kBlockQ, t.ds, kBlockQ,
+    gemm<ALayout::kRowMajor>(k.keys, cols, t.d, k.k, t.d_pad, q.qt, kBlockQ, t.p, kBlockQ,
+                             false);
+    gemm<ALayout::kRowMajor>(k.keys, cols, t.dv, k.v, t.dv_pad, q.dot, kBlockQ, t.ds, kBlockQ,
                              false);
   }
 }
 
+// Whether a pair takes fused_gradients: bf16 products, a tile every row of the block sees
+// whole, and no dropout, softcap or ALiBi. Decided by the pair alone, so whichever blocks
+// share a task.
+inline bool fused_pair(const ScoreRule& rule, const QueryTiles& q, const KeyTiles& k,
+                       const BackwardTiles& t) {
+  return t.bf16 && !rule.dropout && rule.scale > 0.f &&
+         !transforms_scores(rule, TileColumns::consecutive(q.row0, q.rows)) &&
+         rule.block_fully_visible(q.row0, q.rows, k.key0, k.keys);
+}
+
+// tile_gradients and the rounding of P and dS into their operands, in one pass over the
+// raw tiles (t.p unscaled) with the same arithmetic: p = exp(scale * s - lse),
+// ds = p * (dp - D) * scale, then put(j, c, p, ds) for key j < keys and the kLanes columns
+// from c (c < cols), with 0 in the columns past the block's rows.
+template <typename Put>
+void fused_gradients(const ScoreRule& rule, const QueryTiles& q, int keys,
+                     const BackwardTiles& t, Put put) {
+  const int cols = round_up_lanes(q.rows);
+  const VecF scale = splat(rule.scale);
+  for (int j = 0; j < keys; ++j) {
+    const float* s = t.p + j * kBlockQ;
+    const float* dp = t.ds + j * kBlockQ;
+    for (int c = 0; c < cols; c += kLanes) {
+      VecF p = exp_nonpositive(load(s + c) * scale - load(q.lse + c));
+      VecF ds = p * (load(dp + c) - load(q.delta + c));
+      ds = ds * scale;
+      if (c + kLanes > q.rows) {
+        const VecI inside = lane_index() + splat_int(c) < splat_int(q.rows);
+        p = inside ? p : VecF{};
+        ds = inside ? ds : VecF{};
+      }
+      put(j, c, p, ds);
+    }
+  }
+}
+
+// dK/dV pass: P and dS as the A operands t.p16 and t.ds16 (out_rows x depth, zero
+// outside keys x rows).
+inline void fused_key_major_operands(const ScoreRule& rule, const QueryTiles& q, int keys,
+                                     int out_rows, int depth, const BackwardTiles& t) {
+  const int cols = round_up_lanes(q.rows);
+  const auto put_row = [](uint16_t* dst, VecF x) {
+    const VecH bits = computed_bf16(x);
+    std::memcpy(dst, &bits, sizeof bits);
+  };
+  fused_gradients(rule, q, keys, t, [&](int j, int c, VecF p, VecF ds) {
+    put_row(t.p16 + j * kBlockQ + c, p);
+    put_row(t.ds16 + j * kBlockQ + c, ds);
+  });
+  for (int j = 0; j < out_rows; ++j) {
+    const int from = j < keys ? cols : 0;
+    std::memset(t.p16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
+    std::memset(t.ds16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
+  }
+}
+
+// dQ pass: dS as the row pairs t.ds_pairs (depth / 2 x cols, zero outside keys x rows).
+inline void fused_ds_pairs(const ScoreRule& rule, const QueryTiles& q, int keys, int depth,
+                           const BackwardTiles& t) {
+  const int cols = round_up_lanes(q.rows);
+  fused_gradients(rule, q, keys, t, [&](int j, int c, VecF, VecF ds) {
+    uint32_t* word = t.ds_pairs + (j / 2) * kBlockQ + c;
+    VecU bits = computed_bf16_bits(ds);
+    if (j % 2 == 1) {
+      VecU low;
+      std::memcpy(&low, word, sizeof low);
+      bits = word_pairs(low, bits);
+    }
+    std::memcpy(word, &bits, sizeof bits);
+  });
+  // An odd last key pairs with zeros; pairs past the keys are zero.
+  for (int k = keys / 2; 2 * k < depth; ++k) {
+    if (2 * k + 1 == keys) continue;
+    std::memset(t.ds_pairs + k * kBlockQ, 0, sizeof(uint32_t) * cols);
+  }
+}
+
 // A gradient product C += A * B whose B operand is a loaded fp32 tile (depth rows x b_cols
-// of `b`, row stride ldb): product() runs it, reading b as it is then. A partly masked tile
-// sets b's non-finite values aside first (nonfinite.hpp) and adds their terms afterwards
-// through add(m, n, term), with a_entry(m, k) the A entry and pair(m, k) the (query row,
-// key) of output row m and depth k.
-template <typename Product, typename AEntry, typename Pair, typename Add>
+// of `b`, row stride ldb) or, with bf16 products, an operand pack() made from it:
+// product() runs it. A partly masked tile sets b's non-finite values aside first
+// (nonfinite.hpp), packs again, and adds their terms afterwards through add(m, n, term),
+// with a_entry(m, k) the A entry and pair(m, k) the (query row, key) of output row m and
+// depth k; then b and its operand are restored for the next pair that reads them.
+template <typename Pack, typename Product, typename AEntry, typename Pair, typename Add>
 void gradient_product(const ScoreRule& rule, bool partly_masked, int rows, int depth, float* b,
-                      int64_t ldb, int b_cols, Product product, AEntry a_entry, Pair pair,
-                      Add add, float* aside) {
+                      int64_t ldb, int b_cols, Pack pack, Product product, AEntry a_entry,
+                      Pair pair, Add add, float* aside) {
   const bool set_aside = partly_masked && has_nonfinite(b, ldb, depth, b_cols);
-  if (set_aside) set_aside_nonfinite(b, ldb, depth, b_cols, aside);
+  if (set_aside) {
+    set_aside_nonfinite(b, ldb, depth, b_cols, aside);
+    pack();
+  }
   product();
   if (!set_aside) return;
   add_set_aside(rows, depth, b_cols, aside, ldb, a_entry,
@@ -239,6 +397,8 @@ void gradient_product(const ScoreRule& rule, bool partly_masked, int rows, int d
                   return row_sees(rule, row, key);
                 },
                 add);
+  restore_nonfinite(b, ldb, depth, b_cols, aside);
+  pack();
 }
 
 // add() of gradient_product for a row-major C.
@@ -246,173 +406,235 @@ inline auto add_to(float* c, int64_t ldc) {
   return [c, ldc](int m, int n, float term) { c[m * ldc + n] += term; };
 }
 
-template <ElementType Type>
-void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_block,
-                       float* scratch) {
-  using Element = Storage<Type>;
-  const SequenceRows seq = sequence_rows(params, b);
-  const int row0 = q_block * kBlockQ;
-  if (row0 >= seq.seqlen_q) return;
-  const int rows = std::min(kBlockQ, seq.seqlen_q - row0);
+// dQ of one query block (loaded, dQ zeroed) from one key block (loaded with K^T).
+inline void dq_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const BackwardTiles& t) {
+  const int row0 = q.row0, rows = q.rows, key0 = k.key0, keys = k.keys;
   const int cols = round_up_lanes(rows);
-  const int hk = h / (params.nheads / params.nheads_k);
-  const BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
-  [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
-  const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
-  load_query_block<Type>(params, seq, h, row0, rows, rule.scale, t);
-  zero(t.dq, static_cast<size_t>(kBlockQ) * t.d_pad);
-
-  const Element* k = static_cast<const Element*>(params.k.ptr) +
-                     element_offset(params.k, seq.batch, seq.k_row0, hk);
-  const Element* v = static_cast<const Element*>(params.v.ptr) +
-                     element_offset(params.v, seq.batch, seq.k_row0, hk);
-  const core::KeyRange range = rule.keys_of_rows(row0, rows);
-  // Tiles at multiples of kBlockK, as in the forward.
-  for (int key0 = range.begin / kBlockK * kBlockK; key0 < range.end; key0 += kBlockK) {
-    const int keys = std::min(kBlockK, range.end - key0);
-    pack_rows<Type>([&](int j) { return k + (key0 + j) * params.k.row_stride; }, keys, t.d,
-                    t.d_pad, t.k, t.d_pad);
-    pack_rows<Type>([&](int j) { return v + (key0 + j) * params.v.row_stride; }, keys, t.dv,
-                    t.dv, t.v, t.dv_pad);
-    if (t.bf16) pack_key_tile_bf16(keys, t);
-    score_products(keys, cols, rule.scale, t);
-    tile_gradients(rule, row0, rows, key0, keys, t);
-    const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, keys);
-    const auto ds_entry = [&](int m, int k) { return t.ds[k * kBlockQ + m]; };
-    const auto pair = [&](int m, int k) { return std::pair{row0 + m, key0 + k}; };
-    if (t.bf16) {
-      // dQ^T += K^T dS: dS as row pairs of the key-major tile.
-      const int depth = round_up(keys, kBf16Depth);
-      gradient_product(
-          rule, partly_masked, rows, keys, t.k, t.d_pad, t.d,
-          [&] {
-            pack_bf16_columns([&](int j) { return t.k + j * t.d_pad; }, keys, t.d, depth,
-                              t.d_pad, t.kt16, kBlockK);
-            pack_row_pairs([&](int j) { return t.ds + j * kBlockQ; }, keys, rows, depth, cols,
-                           t.ds_pairs, kBlockQ);
-            gemm_bf16(t.d_pad, cols, depth, t.kt16, kBlockK, t.ds_pairs, kBlockQ, t.dq, kBlockQ,
-                      true);
-          },
-          ds_entry, pair, [&](int m, int n, float term) { t.dq[n * kBlockQ + m] += term; },
-          t.aside);
-    } else {
-      // dQ += dS K: dS is the transpose of the key-major tile (column-major A).
-      gradient_product(
-          rule, partly_masked, rows, keys, t.k, t.d_pad, t.d,
-          [&] {
-            gemm<ALayout::kColMajor>(rows, t.d_pad, keys, t.ds, kBlockQ, t.k, t.d_pad, t.dq,
-                                     t.d_pad, true);
-          },
-          ds_entry, pair, add_to(t.dq, t.d_pad), t.aside);
-    }
+  if (fused_pair(rule, q, k, t)) {
+    const int depth = round_up(keys, kBf16Depth);
+    score_products(q, k, rule.scale, true, t);
+    fused_ds_pairs(rule, q, keys, depth, t);
+    gemm_bf16(t.d_pad, cols, depth, k.kt16, kBlockK, t.ds_pairs, kBlockQ, q.dq, kBlockQ, true);
+    return;
   }
-
-  Element* dq = static_cast<Element*>(params.dq.ptr) +
-                element_offset(params.dq, seq.batch, seq.q_row0 + row0, h);
-  const auto dq_row = [&](int r) { return dq + r * params.dq.row_stride; };
+  score_products(q, k, rule.scale, false, t);
+  tile_gradients(rule, q, key0, keys, t);
+  const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, keys);
+  const auto ds_entry = [&](int m, int j) { return t.ds[j * kBlockQ + m]; };
+  const auto pair = [&](int m, int j) { return std::pair{row0 + m, key0 + j}; };
   if (t.bf16) {
-    store_columns<Type>(t.dq, kBlockQ, rows, t.d, nullptr, dq_row);
+    // dQ^T += K^T dS: dS as row pairs of the key-major tile.
+    const int depth = round_up(keys, kBf16Depth);
+    gradient_product(
+        rule, partly_masked, rows, keys, k.k, t.d_pad, t.d, [&] { pack_key_columns(t, &k); },
+        [&] {
+          pack_row_pairs([&](int j) { return t.ds + j * kBlockQ; }, keys, rows, depth, cols,
+                         t.ds_pairs, kBlockQ);
+          gemm_bf16(t.d_pad, cols, depth, k.kt16, kBlockK, t.ds_pairs, kBlockQ, q.dq, kBlockQ,
+                    true);
+        },
+        ds_entry, pair, [&](int m, int n, float term) { q.dq[n * kBlockQ + m] += term; },
+        t.aside);
   } else {
-    store_rows<Type>(t.dq, t.d_pad, rows, t.d, nullptr, dq_row);
+    // dQ += dS K: dS is the transpose of the key-major tile (column-major A).
+    gradient_product(
+        rule, partly_masked, rows, keys, k.k, t.d_pad, t.d, [] {},
+        [&] {
+          gemm<ALayout::kColMajor>(rows, t.d_pad, keys, t.ds, kBlockQ, k.k, t.d_pad, q.dq,
+                                   t.d_pad, true);
+        },
+        ds_entry, pair, add_to(q.dq, t.d_pad), t.aside);
   }
 }
 
+// dK and dV of one key block (loaded, zeroed) from one query block (loaded).
+inline void dkdv_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const BackwardTiles& t) {
+  const int row0 = q.row0, rows = q.rows, key0 = k.key0, live = k.keys;
+  if (fused_pair(rule, q, k, t)) {
+    const int depth = round_up(rows, kBf16Depth), out_rows = round_up(live, kBf16Rows);
+    score_products(q, k, rule.scale, true, t);
+    fused_key_major_operands(rule, q, live, out_rows, depth, t);
+    gemm_bf16(out_rows, t.dv_pad, depth, t.p16, kBlockQ, q.do_pairs, t.dv_pad, k.dv, t.dv_pad,
+              true);
+    gemm_bf16(out_rows, t.d_pad, depth, t.ds16, kBlockQ, q.q_pairs, t.d_pad, k.dk, t.d_pad,
+              true);
+    return;
+  }
+  score_products(q, k, rule.scale, false, t);
+  const float* p_for_dv = tile_gradients(rule, q, key0, live, t);
+  const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, live);
+  const auto pair = [&](int m, int j) { return std::pair{row0 + j, key0 + m}; };
+  const auto p_entry = [&](int m, int j) { return p_for_dv[m * kBlockQ + j]; };
+  const auto ds_entry = [&](int m, int j) { return t.ds[m * kBlockQ + j]; };
+  if (t.bf16) {
+    // The key-major tiles are P^T and dS^T already: their rows, rounded, are A; the query
+    // rows of dO and Q, in pairs, are B.
+    const int depth = round_up(rows, kBf16Depth), out_rows = round_up(live, kBf16Rows);
+    const auto tile_rows = [&](const float* tile) {
+      return [tile](int j) { return tile + j * kBlockQ; };
+    };
+    gradient_product(
+        rule, partly_masked, live, rows, q.do_rows, t.dv_pad, t.dv,
+        [&] { pack_query_pairs(t, &q); },
+        [&] {
+          pack_bf16_rows(tile_rows(p_for_dv), live, rows, out_rows, depth, t.p16, kBlockQ);
+          gemm_bf16(out_rows, t.dv_pad, depth, t.p16, kBlockQ, q.do_pairs, t.dv_pad, k.dv,
+                    t.dv_pad, true);
+        },
+        p_entry, pair, add_to(k.dv, t.dv_pad), t.aside);
+    gradient_product(
+        rule, partly_masked, live, rows, q.q_rows, t.d_pad, t.d,
+        [&] { pack_query_pairs(t, &q); },
+        [&] {
+          pack_bf16_rows(tile_rows(t.ds), live, rows, out_rows, depth, t.ds16, kBlockQ);
+          gemm_bf16(out_rows, t.d_pad, depth, t.ds16, kBlockQ, q.q_pairs, t.d_pad, k.dk,
+                    t.d_pad, true);
+        },
+        ds_entry, pair, add_to(k.dk, t.d_pad), t.aside);
+  } else {
+    // The key-major tiles are P^T and dS^T already: row-major A, depth = query rows.
+    gradient_product(
+        rule, partly_masked, live, rows, q.do_rows, t.dv_pad, t.dv, [] {},
+        [&] {
+          gemm<ALayout::kRowMajor>(live, t.dv_pad, rows, p_for_dv, kBlockQ, q.do_rows,
+                                   t.dv_pad, k.dv, t.dv_pad, true);
+        },
+        p_entry, pair, add_to(k.dv, t.dv_pad), t.aside);
+    gradient_product(
+        rule, partly_masked, live, rows, q.q_rows, t.d_pad, t.d, [] {},
+        [&] {
+          gemm<ALayout::kRowMajor>(live, t.d_pad, rows, t.ds, kBlockQ, q.q_rows, t.d_pad, k.dk,
+                                   t.d_pad, true);
+        },
+        ds_entry, pair, add_to(k.dk, t.d_pad), t.aside);
+  }
+}
+
+// Query blocks [q_block, q_block + blocks) (blocks <= kGroupB) of (sequence b, head h): dq.
 template <ElementType Type>
-void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int k_block,
-                         float* scratch) {
+void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_block,
+                       int blocks, float* scratch) {
   using Element = Storage<Type>;
   const SequenceRows seq = sequence_rows(params, b);
-  const int key0 = k_block * kBlockK;
-  if (key0 >= seq.rows_k) return;
-  const int keys = std::min(kBlockK, seq.rows_k - key0);
-  // Keys past seqused_k are rows of the sequence nobody attends: their gradient is 0.
-  const int live = std::clamp(seq.seqlen_k - key0, 0, keys);
-  const BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
+  const int hk = h / (params.nheads / params.nheads_k);
+  BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
   [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
-  zero(t.dk, static_cast<size_t>(kBlockK) * t.d_pad);
-  zero(t.dv_acc, static_cast<size_t>(kBlockK) * t.dv_pad);
+  const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
 
-  if (live > 0) {
-    const Element* k = static_cast<const Element*>(params.k.ptr) +
-                       element_offset(params.k, seq.batch, seq.k_row0 + key0, hk);
-    const Element* v = static_cast<const Element*>(params.v.ptr) +
-                       element_offset(params.v, seq.batch, seq.k_row0 + key0, hk);
-    pack_rows<Type>([&](int j) { return k + j * params.k.row_stride; }, live, t.d, t.d, t.k,
-                    t.d_pad);
-    pack_rows<Type>([&](int j) { return v + j * params.v.row_stride; }, live, t.dv, t.dv,
-                    t.v, t.dv_pad);
-    if (t.bf16) pack_key_tile_bf16(live, t);
-    const int group = params.nheads / params.nheads_k;
-    for (int h = hk * group; h < (hk + 1) * group; ++h) {
-      const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
-      const core::KeyRange queries = rule.rows_of_keys(key0, live);
-      // Query blocks at multiples of kBlockQ, whatever the key block.
-      for (int row0 = queries.begin / kBlockQ * kBlockQ; row0 < queries.end; row0 += kBlockQ) {
-        const int rows = std::min(kBlockQ, queries.end - row0);
-        const int cols = round_up_lanes(rows);
-        load_query_block<Type>(params, seq, h, row0, rows, rule.scale, t);
-        score_products(live, cols, rule.scale, t);
-        const float* p_for_dv = tile_gradients(rule, row0, rows, key0, live, t);
-        const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, live);
-        const auto pair = [&](int m, int k) { return std::pair{row0 + k, key0 + m}; };
-        const auto p_entry = [&](int m, int k) { return p_for_dv[m * kBlockQ + k]; };
-        const auto ds_entry = [&](int m, int k) { return t.ds[m * kBlockQ + k]; };
-        if (t.bf16) {
-          // The key-major tiles are P^T and dS^T already: their rows, rounded, are A; the
-          // query rows of dO and Q, in pairs, are B.
-          const int depth = round_up(rows, kBf16Depth), out_rows = round_up(live, kBf16Rows);
-          const auto tile_rows = [&](const float* tile) {
-            return [tile](int j) { return tile + j * kBlockQ; };
-          };
-          gradient_product(
-              rule, partly_masked, live, rows, t.do_rows, t.dv_pad, t.dv,
-              [&] {
-                pack_bf16_rows(tile_rows(p_for_dv), live, rows, out_rows, depth, t.p16,
-                               kBlockQ);
-                pack_row_pairs([&](int c) { return t.do_rows + c * t.dv_pad; }, rows, t.dv,
-                               depth, t.dv_pad, t.do_pairs, t.dv_pad);
-                gemm_bf16(out_rows, t.dv_pad, depth, t.p16, kBlockQ, t.do_pairs, t.dv_pad,
-                          t.dv_acc, t.dv_pad, true);
-              },
-              p_entry, pair, add_to(t.dv_acc, t.dv_pad), t.aside);
-          gradient_product(
-              rule, partly_masked, live, rows, t.q_rows, t.d_pad, t.d,
-              [&] {
-                pack_bf16_rows(tile_rows(t.ds), live, rows, out_rows, depth, t.ds16, kBlockQ);
-                pack_row_pairs([&](int c) { return t.q_rows + c * t.d_pad; }, rows, t.d, depth,
-                               t.d_pad, t.q_pairs, t.d_pad);
-                gemm_bf16(out_rows, t.d_pad, depth, t.ds16, kBlockQ, t.q_pairs, t.d_pad, t.dk,
-                          t.d_pad, true);
-              },
-              ds_entry, pair, add_to(t.dk, t.d_pad), t.aside);
-        } else {
-          // The key-major tiles are P^T and dS^T already: row-major A, depth = query rows.
-          gradient_product(
-              rule, partly_masked, live, rows, t.do_rows, t.dv_pad, t.dv,
-              [&] {
-                gemm<ALayout::kRowMajor>(live, t.dv_pad, rows, p_for_dv, kBlockQ, t.do_rows,
-                                         t.dv_pad, t.dv_acc, t.dv_pad, true);
-              },
-              p_entry, pair, add_to(t.dv_acc, t.dv_pad), t.aside);
-          gradient_product(
-              rule, partly_masked, live, rows, t.q_rows, t.d_pad, t.d,
-              [&] {
-                gemm<ALayout::kRowMajor>(live, t.d_pad, rows, t.ds, kBlockQ, t.q_rows, t.d_pad,
-                                         t.dk, t.d_pad, true);
-              },
-              ds_entry, pair, add_to(t.dk, t.d_pad), t.aside);
+  int loaded = 0;
+  core::KeyRange keys{seq.seqlen_k, 0};
+  core::KeyRange block_keys[kGroupB];
+  for (; loaded < blocks; ++loaded) {
+    const int row0 = (q_block + loaded) * kBlockQ;
+    if (row0 >= seq.seqlen_q) break;
+    QueryTiles& q = t.query[loaded];
+    load_query_block<Type>(params, seq, h, row0, std::min(kBlockQ, seq.seqlen_q - row0),
+                           rule.scale, t, &q);
+    zero(q.dq, static_cast<size_t>(kBlockQ) * t.d_pad);
+    block_keys[loaded] = rule.keys_of_rows(q.row0, q.rows);
+    if (block_keys[loaded].begin >= block_keys[loaded].end) continue;
+    keys = {std::min(keys.begin, block_keys[loaded].begin),
+            std::max(keys.end, block_keys[loaded].end)};
+  }
+
+  // Tiles at multiples of kBlockK, as in the forward, each loaded once for the blocks.
+  KeyTiles& k = t.key[0];
+  for (int key0 = keys.begin / kBlockK * kBlockK; key0 < keys.end; key0 += kBlockK) {
+    bool tile_loaded = false;
+    for (int g = 0; g < loaded; ++g) {
+      if (block_keys[g].end <= key0 || key0 + kBlockK <= block_keys[g].begin ||
+          block_keys[g].begin >= block_keys[g].end) {
+        continue;
+      }
+      if (!tile_loaded) {
+        load_key_block<Type>(params, seq, hk, key0, std::min(kBlockK, seq.seqlen_k - key0),
+                             true, t, &k);
+        tile_loaded = true;
+      }
+      dq_pair(rule, k, t.query[g], t);
+    }
+  }
+
+  for (int g = 0; g < loaded; ++g) {
+    const QueryTiles& q = t.query[g];
+    Element* dq = static_cast<Element*>(params.dq.ptr) +
+                  element_offset(params.dq, seq.batch, seq.q_row0 + q.row0, h);
+    const auto dq_row = [&](int r) { return dq + r * params.dq.row_stride; };
+    if (t.bf16) {
+      store_columns<Type>(q.dq, kBlockQ, q.rows, t.d, nullptr, dq_row);
+    } else {
+      store_rows<Type>(q.dq, t.d_pad, q.rows, t.d, nullptr, dq_row);
+    }
+  }
+}
+
+// Key blocks [k_block, k_block + blocks) (blocks <= kGroupB) of (sequence b, KV head hk):
+// dk and dv, summed over the group of query heads.
+template <ElementType Type>
+void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int k_block,
+                         int blocks, float* scratch) {
+  using Element = Storage<Type>;
+  const SequenceRows seq = sequence_rows(params, b);
+  BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
+  [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
+
+  int loaded = 0;
+  for (; loaded < blocks; ++loaded) {
+    const int key0 = (k_block + loaded) * kBlockK;
+    if (key0 >= seq.rows_k) break;
+    KeyTiles& k = t.key[loaded];
+    zero(k.dk, static_cast<size_t>(kBlockK) * t.d_pad);
+    zero(k.dv, static_cast<size_t>(kBlockK) * t.dv_pad);
+    // Keys past seqused_k are rows of the sequence nobody attends: their gradient is 0.
+    const int live = std::clamp(seq.seqlen_k - key0, 0, kBlockK);
+    k.key0 = key0;
+    k.keys = live;
+    if (live > 0) load_key_block<Type>(params, seq, hk, key0, live, false, t, &k);
+  }
+
+  const int group = params.nheads / params.nheads_k;
+  QueryTiles& q = t.query[0];
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+    core::KeyRange rows{seq.seqlen_q, 0};
+    core::KeyRange block_rows[kGroupB];
+    for (int g = 0; g < loaded; ++g) {
+      const KeyTiles& k = t.key[g];
+      block_rows[g] = k.keys > 0 ? rule.rows_of_keys(k.key0, k.keys) : core::KeyRange{0, 0};
+      if (block_rows[g].begin >= block_rows[g].end) continue;
+      rows = {std::min(rows.begin, block_rows[g].begin), std::max(rows.end, block_rows[g].end)};
+    }
+    // Query blocks at multiples of kBlockQ, whatever the key block, each loaded once for
+    // the key blocks.
+    for (int row0 = rows.begin / kBlockQ * kBlockQ; row0 < rows.end; row0 += kBlockQ) {
+      bool block_loaded = false;
+      for (int g = 0; g < loaded; ++g) {
+        if (block_rows[g].end <= row0 || row0 + kBlockQ <= block_rows[g].begin ||
+            block_rows[g].begin >= block_rows[g].end) {
+          continue;
         }
+        if (!block_loaded) {
+          load_query_block<Type>(params, seq, h, row0, std::min(kBlockQ, seq.seqlen_q - row0),
+                                 rule.scale, t, &q);
+          block_loaded = true;
+        }
+        dkdv_pair(rule, t.key[g], q, t);
       }
     }
   }
 
-  const auto rows_of = [&](const core::Operand& op) {
-    Element* base = static_cast<Element*>(op.ptr) +
-                    element_offset(op, seq.batch, seq.k_row0 + key0, hk);
-    return [base, &op](int r) { return base + r * op.row_stride; };
-  };
-  store_rows<Type>(t.dk, t.d_pad, keys, t.d, nullptr, rows_of(params.dk));
-  store_rows<Type>(t.dv_acc, t.dv_pad, keys, t.dv, nullptr, rows_of(params.dv));
+  for (int g = 0; g < loaded; ++g) {
+    const KeyTiles& k = t.key[g];
+    const int keys = std::min(kBlockK, seq.rows_k - k.key0);
+    Element* dk = static_cast<Element*>(params.dk.ptr) +
+                  element_offset(params.dk, seq.batch, seq.k_row0 + k.key0, hk);
+    Element* dv = static_cast<Element*>(params.dv.ptr) +
+                  element_offset(params.dv, seq.batch, seq.k_row0 + k.key0, hk);
+    store_rows<Type>(k.dk, t.d_pad, keys, t.d, nullptr,
+                     [&](int r) { return dk + r * params.dk.row_stride; });
+    store_rows<Type>(k.dv, t.dv_pad, keys, t.dv, nullptr,
+                     [&](int r) { return dv + r * params.dv.row_stride; });
+  }
 }
 
 inline size_t backward_scratch_floats(const core::BackwardParams& params) {

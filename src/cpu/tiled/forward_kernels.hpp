@@ -104,19 +104,35 @@ static_assert(kBlockK % kBf16Depth == 0 && kBlockQ % kBf16Depth == 0,
 // Scores one K/V tile against one query block and folds it into the block's output. With
 // `v_set_aside`, t.v holds 0 for V's non-finite values and v_aside the values themselves,
 // added to the rows that see them (nonfinite.hpp).
+//
+// The bf16 products take P from softmax_update_pairs, which also scales the scores unless
+// softcap or ALiBi need them scaled first; with dropout, P goes through fp32 and is packed
+// afterwards. Which path a tile takes depends on the call only, never on the grouping of
+// rows into tasks, so a row's P is the same whatever the thread count.
 inline void attend_tile(const ScoreRule& rule, int key0, int keys, const ForwardTiles& t,
                         bool v_set_aside, QueryBlock* block) {
   const int count = block->count(), cols = round_up_lanes(count);
+  const int depth = round_up(keys, kBf16Depth);
+  const bool direct_p = t.bf16 && !rule.dropout;
+  const bool scale_in_exp =
+      direct_p && rule.scale > 0.f && !transforms_scores(rule, block->columns);
   if (t.bf16) {
     gemm_bf16(round_up(keys, kBf16Rows), cols, t.d_bf16, t.k16, t.d_bf16, block->qt_pairs,
               kBlockQ, t.s, kBlockQ, false);
-    scale_tile(t.s, kBlockQ, keys, cols, rule.scale);
+    if (!scale_in_exp) scale_tile(t.s, kBlockQ, keys, cols, rule.scale);
   } else {
     gemm<ALayout::kRowMajor>(keys, cols, t.d, t.k, t.d_pad, block->qt, kBlockQ, t.s, kBlockQ,
                              false);
   }
   finish_scores(rule, block->columns, cols, key0, keys, t.s, kBlockQ, nullptr);
-  softmax_update(t.s, kBlockQ, keys, cols, block->states, block->factors);
+  if (direct_p) {
+    // P in fp32 (over the scores) only for the terms of a set-aside V.
+    softmax_update_pairs(t.s, kBlockQ, keys, depth, cols, scale_in_exp ? rule.scale : 1.f,
+                         block->states, block->factors, t.p_pairs, kBlockQ,
+                         v_set_aside ? t.s : nullptr);
+  } else {
+    softmax_update(t.s, kBlockQ, keys, cols, block->states, block->factors);
+  }
   if (t.bf16) {
     scale_columns(block->o, kBlockQ, t.dv_pad, cols, block->factors);
   } else {
@@ -127,9 +143,10 @@ inline void attend_tile(const ScoreRule& rule, int key0, int keys, const Forward
     multiply_tile(t.s, t.z, kBlockQ, keys, cols);
   }
   if (t.bf16) {
-    const int depth = round_up(keys, kBf16Depth);
-    pack_row_pairs([&](int j) { return t.s + j * kBlockQ; }, keys, count, depth, cols,
-                   t.p_pairs, kBlockQ);
+    if (!direct_p) {
+      pack_row_pairs([&](int j) { return t.s + j * kBlockQ; }, keys, count, depth, cols,
+                     t.p_pairs, kBlockQ);
+    }
     gemm_bf16(t.dv_pad, cols, depth, t.vt16, kBlockK, t.p_pairs, kBlockQ, block->o, kBlockQ,
               true);
   } else {

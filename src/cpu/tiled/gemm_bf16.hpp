@@ -13,13 +13,6 @@
 #include "cpu/tiled/bf16_operands.hpp"
 #include "cpu/tiled/gemm.hpp"
 
-#define FA_TILED_BF16_NONE 0
-#define FA_TILED_BF16_DOT 1
-#define FA_TILED_BF16_AMX 2
-#ifndef FA_TILED_BF16
-#define FA_TILED_BF16 FA_TILED_BF16_NONE
-#endif
-
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
 // Whether this build multiplies calls of element type `Type` in bf16.

@@ -54,14 +54,16 @@ struct ForwardBlock {
 };
 template <ElementType Type>
 struct DkDvBlock {
-  static void run(const core::BackwardParams& params, int b, int hk, int k_block, float* s) {
-    backward_dkdv_block<Type>(params, b, hk, k_block, s);
+  static void run(const core::BackwardParams& params, int b, int hk, int k_block, int blocks,
+                  float* s) {
+    backward_dkdv_block<Type>(params, b, hk, k_block, blocks, s);
   }
 };
 template <ElementType Type>
 struct DqBlock {
-  static void run(const core::BackwardParams& params, int b, int h, int q_block, float* s) {
-    backward_dq_block<Type>(params, b, h, q_block, s);
+  static void run(const core::BackwardParams& params, int b, int h, int q_block, int blocks,
+                  float* s) {
+    backward_dq_block<Type>(params, b, h, q_block, blocks, s);
   }
 };
 template <class Types>
@@ -82,6 +84,7 @@ inline KernelSet make_kernel_set(const char* name) {
   set.max_group = kGroupQ;
   set.backward_rows = kBlockQ;
   set.backward_keys = kBlockK;
+  set.backward_group = kGroupB;
   set.block_k = kBlockK;
   set.forward_scratch_floats = forward_scratch_floats;
   set.backward_scratch_floats = backward_scratch_floats;
@@ -89,9 +92,13 @@ inline KernelSet make_kernel_set(const char* name) {
   set.forward_block = [](const core::AttentionParams& p, int b, int h, int row0, int rows,
                          float* s) { for_operand_types<ForwardBlock>(p, p, b, h, row0, rows, s); };
   set.backward_dkdv_block = [](const core::BackwardParams& p, int b, int hk, int k_block,
-                               float* s) { for_dtype<DkDvBlock>(p.dtype, p, b, hk, k_block, s); };
+                               int blocks, float* s) {
+    for_dtype<DkDvBlock>(p.dtype, p, b, hk, k_block, blocks, s);
+  };
   set.backward_dq_block = [](const core::BackwardParams& p, int b, int h, int q_block,
-                             float* s) { for_dtype<DqBlock>(p.dtype, p, b, h, q_block, s); };
+                             int blocks, float* s) {
+    for_dtype<DqBlock>(p.dtype, p, b, h, q_block, blocks, s);
+  };
   set.kvcache_block = [](const core::KVCacheParams& p, const SplitPartials& partials, int b,
                          int hk, int row0, int rows, int split, float* s) {
     for_operand_types<KVCacheBlock>(p, p, partials, b, hk, row0, rows, split, s);
@@ -129,14 +136,16 @@ KernelSet make_bf16_kernel_set(const char* name) {
     forward_block<OperandTypes<ElementType::kBF16>>(p, b, h, row0, rows, s);
   };
   set.backward_dkdv_block = [](const core::BackwardParams& p, int b, int hk, int k_block,
-                               float* s) {
-    if (p.dtype != ElementType::kBF16) return Base().backward_dkdv_block(p, b, hk, k_block, s);
-    backward_dkdv_block<ElementType::kBF16>(p, b, hk, k_block, s);
+                               int blocks, float* s) {
+    if (p.dtype != ElementType::kBF16) {
+      return Base().backward_dkdv_block(p, b, hk, k_block, blocks, s);
+    }
+    backward_dkdv_block<ElementType::kBF16>(p, b, hk, k_block, blocks, s);
   };
   set.backward_dq_block = [](const core::BackwardParams& p, int b, int h, int q_block,
-                             float* s) {
-    if (p.dtype != ElementType::kBF16) return Base().backward_dq_block(p, b, h, q_block, s);
-    backward_dq_block<ElementType::kBF16>(p, b, h, q_block, s);
+                             int blocks, float* s) {
+    if (p.dtype != ElementType::kBF16) return Base().backward_dq_block(p, b, h, q_block, blocks, s);
+    backward_dq_block<ElementType::kBF16>(p, b, h, q_block, blocks, s);
   };
   set.kvcache_block = [](const core::KVCacheParams& p, const SplitPartials& partials, int b,
                          int hk, int row0, int rows, int split, float* s) {

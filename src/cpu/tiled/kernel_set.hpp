@@ -25,8 +25,9 @@ struct KernelSet {
   const char* isa;     // "amx", "avx512bf16", "avx512", "avx2" or "generic"
   int block_q;         // query rows per block
   int max_group;       // query blocks a forward/kvcache task can share K/V tiles between
-  int backward_rows;   // query rows per backward_dq_block task
-  int backward_keys;   // keys per backward_dkdv_block task
+  int backward_rows;   // query rows per backward_dq_block block
+  int backward_keys;   // keys per backward_dkdv_block block
+  int backward_group;  // blocks a backward task can share loads between
   int block_k;         // keys per tile (split-KV splits whole tiles)
 
   // Floats of per-thread scratch each block function needs (64-byte aligned).
@@ -38,13 +39,14 @@ struct KernelSet {
   // out and lse.
   void (*forward_block)(const core::AttentionParams& params, int b, int h, int row0, int rows,
                         float* scratch);
-  // Keys [k_block * backward_keys, ...) of (sequence b, KV head hk): dk and dv, summed
-  // over the group.
+  // Key blocks [k_block, k_block + blocks) of backward_keys keys, blocks <= backward_group,
+  // of (sequence b, KV head hk): dk and dv, summed over the group of query heads.
   void (*backward_dkdv_block)(const core::BackwardParams& params, int b, int hk, int k_block,
-                              float* scratch);
-  // Query rows [q_block * backward_rows, ...) of (sequence b, head h): dq.
+                              int blocks, float* scratch);
+  // Query blocks [q_block, q_block + blocks) of backward_rows rows, blocks <=
+  // backward_group, of (sequence b, head h): dq.
   void (*backward_dq_block)(const core::BackwardParams& params, int b, int h, int q_block,
-                            float* scratch);
+                            int blocks, float* scratch);
   // Query rows [row0, row0 + rows) of every query head of (batch entry b, KV head hk),
   // (nheads / nheads_k) * rows <= max_group * block_q, over split `split` of their keys
   // (after the new keys were appended); writes out/lse when partials.splits == 1.
@@ -63,6 +65,17 @@ inline int forward_task_rows(const KernelSet& kernels, int64_t heads, int longes
   };
   while (group > 1 && tasks(group) < 4 * static_cast<int64_t>(threads)) --group;
   return group * kernels.block_q;
+}
+
+// Blocks per backward task (of `blocks` per head, over `heads` heads): as many as share
+// loads well, fewer when that would leave threads without work. The results do not depend
+// on it.
+inline int backward_task_blocks(const KernelSet& kernels, int64_t heads, int blocks,
+                                int threads) {
+  int group = kernels.backward_group;
+  const auto tasks = [&](int g) { return heads * ((blocks + g - 1) / g); };
+  while (group > 1 && tasks(group) < 4 * static_cast<int64_t>(threads)) --group;
+  return group;
 }
 
 const KernelSet& generic_kernels();

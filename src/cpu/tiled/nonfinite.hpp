@@ -47,6 +47,17 @@ inline void set_aside_nonfinite(float* tile, int64_t ld, int rows, int cols, flo
   }
 }
 
+// Puts the non-finite values set aside back into the tile.
+inline void restore_nonfinite(float* tile, int64_t ld, int rows, int cols, const float* aside) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = tile + r * ld;
+    const float* saved = aside + r * ld;
+    for (int c = 0; c < cols; ++c) {
+      if (!std::isfinite(saved[c])) row[c] = saved[c];
+    }
+  }
+}
+
 // The terms the product C += A * B left out: add(m, n, weight(m, k) * aside[k][n]) for
 // every non-finite aside[k][n] (k < depth, n < cols) and every output row m < rows with
 // sees(m, k). `add` puts the term into C, whatever C's layout.

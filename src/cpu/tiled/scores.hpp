@@ -5,6 +5,7 @@
 // whose values are never used.
 #pragma once
 
+#include "cpu/tiled/bf16_operands.hpp"
 #include "cpu/tiled/simd.hpp"
 
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
@@ -23,10 +24,16 @@ struct TileColumns {
   int row_of(int c) const { return row != nullptr ? row[c] : row_min + c; }
 };
 
+// Whether finish_scores changes scores other than by masking them (softcap, ALiBi): then
+// it needs them scaled.
+inline bool transforms_scores(const ScoreRule& rule, const TileColumns& columns) {
+  return rule.softcap > 0.f || rule.alibi_slope != 0.f || columns.slope != nullptr;
+}
+
 // docs/contract.md steps 2-4 on scaled dot products (the kernels fold the scale into Q^T):
 // softcap, ALiBi, then -inf outside the window when the block is not fully visible. With
 // softcap and a non-null `softcap_grad`, 1 - tanh^2 (the derivative of the cap) is
-// written there for the backward.
+// written there for the backward. Unscaled scores only need the mask (!transforms_scores).
 inline void finish_scores(const ScoreRule& rule, const TileColumns& columns, int cols,
                           int key0, int keys, float* s, int64_t ld, float* softcap_grad) {
   const bool softcap = rule.softcap > 0.f;
@@ -95,6 +102,49 @@ inline void softmax_update(float* s, int64_t ld, int keys, int cols, core::Softm
   }
 }
 
+// softmax_update for the bf16 products, with two passes over the tile fewer: the scores
+// are multiplied by `scale` on the way (1 when they are scaled already; scale > 0, so the
+// largest scaled score is the scaled largest score), and P goes straight into the row
+// pairs of the P V product, pairs[k * ld_pairs + c] = (P[2k][c], P[2k+1][c]) in bf16
+// (bf16_operands.hpp), zero from key `keys` up to `depth`. With a non-null `p`, P is also
+// stored there in fp32 (row stride ld), for the terms of a set-aside V. The sums add the
+// fp32 P key by key, as softmax_update.
+inline void softmax_update_pairs(const float* s, int64_t ld, int keys, int depth, int cols,
+                                 float scale, core::SoftmaxRow* states, float* factors,
+                                 uint32_t* pairs, int64_t ld_pairs, float* p) {
+  const VecF factor = splat(scale);
+  for (int c = 0; c < cols; c += kLanes) {
+    VecF block_max = splat(-INFINITY);
+    for (int j = 0; j < keys; ++j) block_max = max_ignoring_nan(block_max, load(s + j * ld + c));
+    block_max = block_max * factor;
+    float subtrahend[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      core::SoftmaxRow& state = states[c + l];
+      factors[c + l] = block_max[l] <= state.max ? 1.f : state.rescale_to(block_max[l]);
+      subtrahend[l] = state.max == -INFINITY ? 0.f : state.max;
+    }
+    const VecF row_max = load(subtrahend);
+    VecF sum{};
+    const auto probability = [&](int j) {
+      const VecF value = exp_nonpositive(load(s + j * ld + c) * factor - row_max);
+      if (p != nullptr) store(p + j * ld + c, value);
+      sum += value;
+      return value;
+    };
+    for (int j = 0; j < depth; j += 2) {
+      VecU words{};
+      if (j + 1 < keys) {
+        const VecF low = probability(j);
+        words = computed_word_pairs(low, probability(j + 1));
+      } else if (j < keys) {
+        words = computed_bf16_bits(probability(j));
+      }
+      std::memcpy(pairs + (j / 2) * ld_pairs + c, &words, sizeof words);
+    }
+    for (int l = 0; l < kLanes; ++l) states[c + l].sum += sum[l];
+  }
+}
+
 // Backward: p = exp(s - lse) in place; lse_or_inf holds +inf for rows without a visible
 // key (and for padding), which makes their p exactly 0.
 inline void probabilities_from_lse(float* s, int64_t ld, int keys, int cols,
@@ -148,15 +198,16 @@ inline void scale_tile(float* a, int64_t ld, int keys, int cols, float factor) {
   }
 }
 
-// Column c of a rows x cols (multiple of kLanes) row-major tile times factors[c]; nothing
-// happens when every factor is 1 (most key blocks, as in scale_rows).
+// Column c of a rows x cols (multiple of kLanes) row-major tile times factors[c]; columns
+// whose kLanes factors are all 1 are left alone (most, once the first key blocks have
+// been seen, as in scale_rows).
 inline void scale_columns(float* tile, int64_t ld, int rows, int cols, const float* factors) {
-  bool all_one = true;
-  for (int c = 0; c < cols && all_one; ++c) all_one = factors[c] == 1.f;
-  if (all_one) return;
-  for (int i = 0; i < rows; ++i) {
-    float* row = tile + i * ld;
-    for (int c = 0; c < cols; c += kLanes) store(row + c, load(row + c) * load(factors + c));
+  for (int c = 0; c < cols; c += kLanes) {
+    bool all_one = true;
+    for (int l = 0; l < kLanes && all_one; ++l) all_one = factors[c + l] == 1.f;
+    if (all_one) continue;
+    const VecF f = load(factors + c);
+    for (int i = 0; i < rows; ++i) store(tile + i * ld + c, load(tile + i * ld + c) * f);
   }
 }
 

@@ -23,6 +23,11 @@ constexpr int kBlockK = 64;
 // once per kGroupQ * kBlockQ query rows (measured on Zen 3: 2 -> 4 gains about 10%).
 constexpr int kGroupQ = 4;
 
+// Key blocks per dK/dV task that share each loaded query block, and query blocks per dQ
+// task that share each loaded K/V tile: a load converts, packs and transposes operands and
+// recomputes D, as much work as a pair's products or more (bench/RESULTS.md, issue 24).
+constexpr int kGroupB = 4;
+
 // Tasks with at most this many query columns prefetch the next K/V tile (decoding).
 constexpr int kPrefetchBelowColumns = 32;
 
