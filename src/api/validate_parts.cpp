@@ -129,8 +129,8 @@ Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& siz
   }
   if (target.backend == Backend::kCuda && fp8_name != nullptr) {
     return unsupported(fp8_name,
-                       "e4m3 (FP8) runs on the CPU backends only in this version; the CUDA "
-                       "FP8 kernels are not written yet");
+                       "e4m3 (FP8) KV caches run on the CPU backends only in this version; "
+                       "the CUDA FP8 cache kernel is not written yet");
   }
   if (sizes.head_dim_v != sizes.head_dim) {
     return unsupported(v_name, "head_dim_v=" + std::to_string(sizes.head_dim_v) +

@@ -68,7 +68,8 @@ Status check_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3, const 
 void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
                    core::AttentionParams* params);
 
-// Valid calls the target cannot run: fp32 or FP8 on CUDA, d_v != d (not implemented yet).
+// Valid calls the target cannot run: fp32 or an FP8 cache on CUDA, d_v != d (not implemented
+// yet).
 // `fp8_name` names the e4m3 argument of the call (null: none is e4m3).
 Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
                              const Target& target, const char* v_name);

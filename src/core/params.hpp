@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/platform.hpp"
+
 namespace flashattn::core {
 
 enum class ElementType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
@@ -25,7 +27,7 @@ struct Descale {
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
 
-  float at(int b, int g) const {
+  FA_HOST_DEVICE float at(int b, int g) const {
     return ptr != nullptr ? ptr[b * batch_stride + g * head_stride] : 1.f;
   }
 };

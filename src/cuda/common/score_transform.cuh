@@ -44,6 +44,26 @@ inline ScoreScales score_scales(const core::AttentionParams& p) {
   return sc;
 }
 
+// The conversions of a tile whose scores come from e4m3 q and k: the dot product of the
+// dequantized inputs is q8.k8 * qk_descale (q_descale * k_descale of the tile's batch entry and
+// KV head), so the factor folds into the conversion that multiplies the dot product: the
+// softcap's pre-scale, or else the units. A factor that leaves no usable conversion (a zero
+// descale, or the FLT_MIN unit of scale = 0 made smaller) means every visible score is 0:
+// uniform weights, as score_scales gives for scale = 0. Descales are taken to be positive, as
+// FlashAttention-3 takes them.
+__host__ __device__ inline ScoreScales descaled(ScoreScales sc, float qk_descale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (sc.softcap_pre != 0.f) {
+    sc.softcap_pre *= qk_descale;
+    if (sc.softcap_pre > 0.f) return sc;
+  } else {
+    sc.unit *= qk_descale;
+    sc.log2_unit *= qk_descale;
+    if (sc.unit >= FLT_MIN) return sc;
+  }
+  return {FLT_MIN, FLT_MIN * kLog2e, 0.f};
+}
+
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
 // row_query(m, half) is that row's query index (a row past the last query may return an index
 // past it: its results are discarded) and row_slope(m, half) its ALiBi slope in raw units;
