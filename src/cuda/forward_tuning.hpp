@@ -207,7 +207,7 @@ static_assert(fwd_sm90_table_entry_ok(64) && fwd_sm90_table_entry_ok(96) &&
 // of V runs in the producer warpgroup on the registers that split leaves it). The key block is
 // a multiple of 32 (the K of one e4m3 wgmma of P V); its transposed V is padded to 128-key
 // panels. Storage: Q, the K ring, V's landing ring (8-bit) and its transposed ring, O (16-bit)
-// apart where it fits, else staged in the transposed ring.
+// apart where it fits, else staged in the K ring.
 inline constexpr int kFwdSm90Fp8HeadDims[] = {64, 128, 256};
 
 constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
@@ -222,10 +222,12 @@ constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
 constexpr int fwd_sm90_fp8_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
   const int qk_cols = fwd_sm90_round_up(head_dim, 128);
   const int v_cols = fwd_sm90_round_up(head_dim_v, 128);
-  const int transposed = t.stages * head_dim_v * fwd_sm90_round_up(t.block_n, 128);
+  const int k_ring = t.stages * t.block_n * qk_cols;
+  const int others = t.block_m * qk_cols + t.stages * t.block_n * v_cols +
+                     t.stages * head_dim_v * fwd_sm90_round_up(t.block_n, 128) + 1024 + 1024;
   const int o_stage = t.block_m * fwd_sm90_round_up(head_dim_v, 64) * 2;
-  return t.block_m * qk_cols + t.stages * t.block_n * (qk_cols + v_cols) +
-         (transposed > o_stage ? transposed : o_stage) + 1024 + 1024;
+  if (others + k_ring + o_stage <= 227 * 1024) return others + k_ring + o_stage;
+  return others + (k_ring > o_stage ? k_ring : o_stage);
 }
 
 constexpr bool fwd_sm90_fp8_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {

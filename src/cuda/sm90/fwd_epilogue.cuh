@@ -5,9 +5,9 @@
 // chunks of consecutive columns, row after row, whatever the output's strides; rows past the
 // sequence are not written. With packed GQA each row goes to its own query and head. Each
 // warpgroup stages its own rows, so where O has a buffer of its own the warpgroups do not wait
-// for each other; where it is staged in the V ring, they first wait until every one is done
-// with the tile's last V, and the ring goes back to the producer (o_empty) once each has read
-// its rows out.
+// for each other; where it is staged in the V (or, FP8, the K) ring, they first wait until
+// every one is done with the tile's last products, and the ring goes back to the producer
+// (o_empty) once each has read its rows out.
 //
 // FP8: O is multiplied by v_descale of the tile's (batch entry, KV head), and the lse loses the
 // 2^kPLog2Offset the mainloop put on the weights.
@@ -36,6 +36,7 @@ struct FwdEpilogue {
   static constexpr int kChunksPerRow = kHeadDimV / 8;  // 16-byte chunks of an output row
   using OTile = typename Shape::OTile;
   using Storage = FwdStorage<Shape>;
+  static constexpr bool kOStaged = Storage::kOStagedInV || Storage::kOStagedInK;
 
   const FwdSm90Params& params;
   Storage& smem;
@@ -94,8 +95,8 @@ struct FwdEpilogue {
       for (int i = 0; i < R; ++i) o[i] *= v_descale;
     }
 
-    if constexpr (Storage::kOStagedInV) {
-      // Every MMA warpgroup is done with the tile's last V before O overwrites the ring.
+    if constexpr (kOStaged) {
+      // Every MMA warpgroup is done with the tile's last products before O overwrites the ring.
       prim::named_sync(kFwdMmaBarrier, Shape::kMmaThreads);
     } else {
       // Every thread of the warpgroup has read its rows of the previous tile's O.
@@ -129,7 +130,7 @@ struct FwdEpilogue {
       if (row < rows) *reinterpret_cast<uint4*>(out_row(w, out, row_stride, row) + 8 * chunk) = v;
     }
     store_lse(w, lse);
-    if constexpr (Storage::kOStagedInV) {
+    if constexpr (kOStaged) {
       // The reads above are done before the producer's TMA refills the ring.
       warpgroup::fence_proxy_async_shared();
       __syncwarp();

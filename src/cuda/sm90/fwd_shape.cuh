@@ -105,11 +105,12 @@ struct FwdShape {
 };
 
 // Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O has its own
-// buffer where shared memory allows; otherwise it shares the V ring: the epilogue writes it
-// once every MMA warpgroup is done with the tile's last V, and the producer loads the next
-// tile's first V only after the epilogue has read it back (o_empty). With FP8 the V ring holds
-// the transposed V and the raw ring (FwdRawV, an empty base otherwise) what TMA landed; the
-// transposing warps are then the ones that wait for o_empty.
+// buffer where shared memory allows; otherwise it shares a ring that only TMA writes: the V
+// ring (16-bit) or the K ring (FP8). The epilogue writes O once every MMA warpgroup is done
+// with the tile's last products, and the producer loads the next tile's first V (or K) only
+// after the epilogue has read O back (o_empty). With FP8 the V ring holds the transposed V,
+// which the transposing warps write with ordinary stores (so O stays out of it), and the raw
+// ring (FwdRawV, an empty base otherwise) what TMA landed.
 template <class Shape>
 constexpr int fwd_sm90_raw_v_bytes() {
   return Shape::kFp8 ? Shape::kStages * Shape::VRawTile::kBytes : 0;
@@ -122,12 +123,22 @@ constexpr bool fwd_sm90_o_fits_apart() {
          227 * 1024;
 }
 
-template <class Shape, bool kOApart = fwd_sm90_o_fits_apart<Shape>()>
+// Where O is staged: a buffer of its own, or the V or the K ring.
+enum class FwdOStaging { kApart, kInV, kInK };
+
+template <class Shape>
+constexpr FwdOStaging fwd_sm90_o_staging() {
+  if (fwd_sm90_o_fits_apart<Shape>()) return FwdOStaging::kApart;
+  return Shape::kFp8 ? FwdOStaging::kInK : FwdOStaging::kInV;
+}
+
+template <class Shape, FwdOStaging kStaging = fwd_sm90_o_staging<Shape>()>
 struct FwdStorage;
 
 template <class Shape>
-struct FwdStorage<Shape, true> : FwdRawV<Shape> {
+struct FwdStorage<Shape, FwdOStaging::kApart> : FwdRawV<Shape> {
   static constexpr bool kOStagedInV = false;
+  static constexpr bool kOStagedInK = false;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
   alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
@@ -136,14 +147,28 @@ struct FwdStorage<Shape, true> : FwdRawV<Shape> {
 };
 
 template <class Shape>
-struct FwdStorage<Shape, false> : FwdRawV<Shape> {
+struct FwdStorage<Shape, FwdOStaging::kInV> : FwdRawV<Shape> {
   static constexpr bool kOStagedInV = true;
+  static constexpr bool kOStagedInK = false;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
   union alignas(1024) {
     uint8_t v[Shape::kStages][Shape::VTile::kBytes];
     uint8_t o[Shape::OTile::kBytes];
   };
+  FwdBarriers<Shape::kStages> bar;
+};
+
+template <class Shape>
+struct FwdStorage<Shape, FwdOStaging::kInK> : FwdRawV<Shape> {
+  static constexpr bool kOStagedInV = false;
+  static constexpr bool kOStagedInK = true;
+  alignas(1024) uint8_t q[Shape::QTile::kBytes];
+  union alignas(1024) {
+    uint8_t k[Shape::kStages][Shape::KTile::kBytes];
+    uint8_t o[Shape::OTile::kBytes];
+  };
+  alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
   FwdBarriers<Shape::kStages> bar;
 };
 

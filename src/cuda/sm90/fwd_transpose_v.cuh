@@ -8,7 +8,9 @@
 // those four key rows and writes, per column, one word of four keys: a 4 x 4 byte transpose
 // (byte permutes). Lane (t = lane % 4, q = lane / 4) of a warp takes word columns 4(8c + q) ..
 // of the 16 keys of group h; both its loads and its stores then hit 32 different banks, the
-// stores because lane q writes its four columns in a rotated order (rotation below).
+// stores because lane q writes its four columns in a rotated order (rotation below). The
+// addresses are the tiles' byte_offset with what is fixed per lane computed once: the loop
+// over column groups is a few integer operations beside the loads, permutes and stores.
 //
 // Keys past the sequence's last (seqlen_k) are written as zero: the mask hides their scores,
 // but a NaN or Inf read from the rows TMA did not zero-fill (the next varlen sequence, rows past
@@ -16,8 +18,8 @@
 //
 // The ring: V's block i of a tile lands in raw slot at (raw_full, from the producer's TMA); the
 // warps wait for it and for the MMA warpgroups to have released transposed slot at (v_empty),
-// transpose, and signal v_full (one arrival per warp) and raw_empty. Where O is staged in the
-// transposed ring, a tile's first block also waits for the previous tile's epilogue (o_empty).
+// transpose, and signal v_full (one arrival per warp) and raw_empty. The epilogue never stages
+// O in the transposed ring (fwd_shape.cuh stages it in the K ring where it has no room).
 #pragma once
 
 #include <cstdint>
@@ -36,17 +38,18 @@ template <class Shape>
 struct FwdTransposeV {
   static_assert(Shape::kFp8, "only e4m3 V is transposed");
   using Storage = FwdStorage<Shape>;
+  static_assert(!Storage::kOStagedInV, "the epilogue does not stage O in the transposed ring");
   using RawTile = typename Shape::VRawTile;
   using VTile = typename Shape::VTile;
   using Ring = RingPosition<Shape::kStages>;
   static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kHeadDimV = Shape::kHeadDimV;
   static constexpr int kWarps = Shape::kTransposeWarps;
-  // A warp's task: 16 keys (group h) by 32 columns (8 words of 4).
+  // A warp takes a group of 16 keys (h) at a time, all its columns in groups of 32 (c).
   static constexpr int kKeyGroups = kBlockN / 16;
   static constexpr int kColumnGroups = kHeadDimV / 32;
-  static constexpr int kTasks = kKeyGroups * kColumnGroups;
-  static_assert(kBlockN % 32 == 0 && kHeadDimV % 32 == 0, "whole tasks");
+  static_assert(kBlockN % 32 == 0 && kHeadDimV % 32 == 0, "whole groups");
+  static_assert(RawTile::kPanelCols == 128 && VTile::kPanelCols == 128, "8-bit tiles");
 
   const FwdSm90Params& params;
   Storage& smem;
@@ -69,31 +72,55 @@ struct FwdTransposeV {
     return d;
   }
 
-  // Raw slot -> transposed slot, keys at or past `valid` as zero.
+  // Raw slot -> transposed slot, keys at or past `valid` as zero. Lane (t, q) reads key rows
+  // 16h + k_i, k_i = 8(i/2) + 2t + i%2 (fp8_key_at(16h + 4t + i)), at columns 32c + 4q .. + 3,
+  // and writes lines 32c + 4q + j at key positions 16h + 4t .. + 3. Swizzle128Tile's offsets,
+  // with the parts that do not change along h or c taken out of the loops:
+  //   raw: panel(c) + (16h + k_i) * 128 + ((2(c % 4) + q/4) ^ (k_i % 8)) * 16 + 4(q % 4)
+  //        where k_i % 8 = 2t + i%2, and the xor splits: 32(c % 4) ^ 16(q/4 ^ 2t ^ i%2);
+  //   VTile: panel(h) + (32c + 4q + j) * 128 + ((h % 8) ^ (4(q % 2) + j)) * 16 + 4t.
   __device__ __forceinline__ void transpose(uint32_t raw, uint32_t vt, int valid) const {
     const int t = lane % 4, q = lane / 4;
-    // The order in which lane q writes its four columns: column j lands on line 4(8c + q) + j,
+    // The order in which lane q writes its four columns: column j lands on line 32c + 4q + j,
     // whose swizzled chunk is h ^ (that line % 8); rotating j by q / 2 makes the eight q of a
     // warp cover the eight chunk positions in every store.
     const uint32_t rotation = static_cast<uint32_t>(q / 2);
-    for (int task = warp; task < kTasks; task += kWarps) {
-      const int h = task % kKeyGroups;
-      const int col = 4 * (8 * (task / kKeyGroups) + q);
-      uint32_t w[4];
+    const uint32_t raw_row = raw + 256 * t + 4 * (q % 4);           // key 2t, in-chunk word
+    const uint32_t raw_chunk = 16u * static_cast<uint32_t>((q / 4) ^ (2 * t));  // i even
+    const uint32_t vt_line = vt + 512 * q + 4 * t;                   // line 4q, word t
+    uint32_t pick[4], step_line[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = 16 * h + 8 * (i / 2) + 2 * t + i % 2;  // fp8_key_at(16h + 4t + i)
-        w[i] = key < valid ? load_word(raw + RawTile::byte_offset(key, col)) : 0u;
+    for (int step = 0; step < 4; ++step) {
+      const uint32_t j = static_cast<uint32_t>(step) ^ rotation;
+      pick[step] = j | ((j + 4) << 4);  // byte j of two words, in order
+    }
+    for (int h = warp; h < kKeyGroups; h += kWarps) {
+      const uint32_t h_mix = static_cast<uint32_t>(h % 8) ^ (4u * (q % 2));
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const uint32_t j = static_cast<uint32_t>(step) ^ rotation;
+        step_line[step] = vt_line + (h / 8) * VTile::kPanelBytes + 128 * j + 16 * (h_mix ^ j);
       }
+      const uint32_t raw_h = raw_row + 2048 * h;
+      bool in[4];
 #pragma unroll
-      for (uint32_t step = 0; step < 4; ++step) {
-        const uint32_t j = step ^ rotation;
-        // Byte j of each of the four words, in key order: one column's four keys.
-        const uint32_t pick = j | ((j + 4) << 4);
-        const uint32_t low = permute(w[0], w[1], pick);
-        const uint32_t high = permute(w[2], w[3], pick);
-        store_word(vt + VTile::byte_offset(col + static_cast<int>(j), 16 * h + 4 * t),
-                   permute(low, high, 0x5410));
+      for (int i = 0; i < 4; ++i) in[i] = 16 * h + 8 * (i / 2) + 2 * t + i % 2 < valid;
+#pragma unroll
+      for (int c = 0; c < kColumnGroups; ++c) {
+        const uint32_t base = raw_h + (c / 4) * RawTile::kPanelBytes;
+        const uint32_t even = base + (raw_chunk ^ (32u * (c % 4)));
+        const uint32_t odd = base + 128 + ((raw_chunk ^ 16u) ^ (32u * (c % 4)));
+        uint32_t w[4];
+        w[0] = in[0] ? load_word(even) : 0u;
+        w[1] = in[1] ? load_word(odd) : 0u;
+        w[2] = in[2] ? load_word(even + 1024) : 0u;
+        w[3] = in[3] ? load_word(odd + 1024) : 0u;
+#pragma unroll
+        for (int step = 0; step < 4; ++step) {
+          const uint32_t low = permute(w[0], w[1], pick[step]);
+          const uint32_t high = permute(w[2], w[3], pick[step]);
+          store_word(step_line[step] + 4096 * c, permute(low, high, 0x5410));
+        }
       }
     }
   }
@@ -102,13 +129,9 @@ struct FwdTransposeV {
   __device__ __forceinline__ void run() const {
     const auto scheduler = tile_scheduler<Shape>(params);
     Ring at;
-    uint32_t tile_parity = 0;  // of the tiles with keys this block has transposed so far
     for (FwdTileCursor c = scheduler.first(); scheduler.valid(c); scheduler.advance(c)) {
       const FwdTileWork w = scheduler.work(params.p, c);
       if (!w.has_rows() || !w.has_keys()) continue;  // the producer skips it alike
-      if constexpr (Storage::kOStagedInV) {
-        mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
-      }
       // The mainloop consumes the key blocks from the last to the first.
       for (int n = w.kb.end - 1; n >= w.kb.begin; --n) {
         mbarrier::wait(addr(&smem.bar.raw_full[at.slot]), at.full_parity());
@@ -125,7 +148,6 @@ struct FwdTransposeV {
         }
         at.advance();
       }
-      tile_parity ^= 1;
     }
   }
 };
