@@ -20,20 +20,26 @@ struct DecodeSet {
   flashattn::KVCacheArgs args;
 };
 
-// Random finite values (bf16: magnitudes in [2^-7, 2^-6), fp16: [1, 1.125), either sign),
-// uploaded in chunks so that a 34 GB cache never needs a host copy of its size. Decode
-// speed does not depend on the values.
-bool fill_random(Memory& memory, void* dst, size_t bytes, std::mt19937& rng) {
-  static std::vector<uint16_t> pattern;
-  if (pattern.empty()) {
-    pattern.resize(size_t(8) << 20);
+// Random finite values (bf16: magnitudes in [2^-7, 2^-6), fp16: [1, 1.125), e4m3: [0.5, 1),
+// either sign), uploaded in chunks so that a 34 GB cache never needs a host copy of its
+// size. Decode speed does not depend on the values.
+bool fill_random(Memory& memory, void* dst, size_t bytes, DType type, std::mt19937& rng) {
+  static std::vector<uint16_t> pattern, e4m3_pattern;
+  std::vector<uint16_t>& words = type == DType::kF8E4M3 ? e4m3_pattern : pattern;
+  if (words.empty()) {
+    words.resize(size_t(8) << 20);
     std::uniform_int_distribution<int> mantissa(0, 127);
     std::uniform_int_distribution<int> sign(0, 1);
-    for (uint16_t& x : pattern) x = uint16_t((sign(rng) << 15) | 0x3c00 | mantissa(rng));
+    // e4m3: exponent 6 (bias 7), any of the 8 mantissas, in each byte of the word.
+    auto e4m3 = [&] { return (sign(rng) << 7) | 0x30 | (mantissa(rng) & 7); };
+    for (uint16_t& x : words) {
+      x = type == DType::kF8E4M3 ? uint16_t(e4m3() | (e4m3() << 8))
+                                 : uint16_t((sign(rng) << 15) | 0x3c00 | mantissa(rng));
+    }
   }
-  const size_t chunk = pattern.size() * sizeof(uint16_t);
+  const size_t chunk = words.size() * sizeof(uint16_t);
   for (size_t done = 0; done < bytes; done += chunk) {
-    memory.upload(static_cast<char*>(dst) + done, pattern.data(), std::min(chunk, bytes - done));
+    memory.upload(static_cast<char*>(dst) + done, words.data(), std::min(chunk, bytes - done));
   }
   return true;
 }
@@ -60,7 +66,8 @@ int run_decode(const Options& o) {
     std::fprintf(stderr, "flashattn-bench: --cache-len must be a multiple of --page-size\n");
     return 2;
   }
-  const size_t element = flashattn::dtype_size(dtype);
+  const DType cache_dtype = o.e4m3_cache ? DType::kF8E4M3 : dtype;
+  const size_t element = flashattn::dtype_size(cache_dtype);
   const size_t kv_bytes = size_t(2) * b * n * hk * d * element;  // K and V, read once each
   // Enough sets that cycling through them does not run from L2, at most 16, one when a set
   // alone is larger than the cache several times over.
@@ -74,14 +81,16 @@ int run_decode(const Options& o) {
     size_t count = 1;
     for (int64_t s : shape) count *= static_cast<size_t>(s);
     void* data = memory->allocate(count * flashattn::dtype_size(type));
-    if (data != nullptr && random) fill_random(*memory, data, count * flashattn::dtype_size(type), rng);
+    if (data != nullptr && random) {
+      fill_random(*memory, data, count * flashattn::dtype_size(type), type, rng);
+    }
     return flashattn::make_tensor(data, type, shape, device);
   };
   // A cache of `rows` x keys x heads_k x d, stored row by row or head by head (--cache-layout).
   auto cache_tensor = [&](int64_t rows, int64_t keys) {
-    flashattn::Tensor t = tensor({rows, keys, hk, d}, dtype, true);
+    flashattn::Tensor t = tensor({rows, keys, hk, d}, cache_dtype, true);
     if (o.heads_major && t.data != nullptr) {
-      t = flashattn::make_strided_tensor(t.data, dtype, {rows, keys, hk, d},
+      t = flashattn::make_strided_tensor(t.data, cache_dtype, {rows, keys, hk, d},
                                          {keys * hk * d, d, keys * d, 1}, device);
     }
     return t;
@@ -90,6 +99,15 @@ int run_decode(const Options& o) {
     void* data = memory->allocate(values.size() * sizeof(int32_t));
     if (data != nullptr) memory->upload(data, values.data(), values.size() * sizeof(int32_t));
     return flashattn::make_tensor(data, DType::kI32, shape, device);
+  };
+  // An e4m3 cache's descales [batch, heads_k], one factor per (batch entry, KV head).
+  auto descale_tensor = [&] {
+    std::uniform_real_distribution<float> factor(0.25f, 2.f);
+    std::vector<float> values(static_cast<size_t>(b * hk));
+    for (float& x : values) x = factor(rng);
+    void* data = memory->allocate(values.size() * sizeof(float));
+    if (data != nullptr) memory->upload(data, values.data(), values.size() * sizeof(float));
+    return flashattn::make_tensor(data, DType::kF32, {b, hk}, device);
   };
 
   std::vector<DecodeSet> sets(static_cast<size_t>(sets_needed));
@@ -113,8 +131,13 @@ int run_decode(const Options& o) {
     a.out = tensor({b, sq, h, d}, dtype, false);
     a.lse = tensor({b, h, sq}, DType::kF32, false);
     a.options.causal = o.causal;
+    if (o.e4m3_cache) {
+      a.descale.k = descale_tensor();
+      a.descale.v = descale_tensor();
+    }
     if (a.q.data == nullptr || a.k_cache.data == nullptr || a.v_cache.data == nullptr ||
-        a.out.data == nullptr || a.lse.data == nullptr) {
+        a.out.data == nullptr || a.lse.data == nullptr ||
+        (o.e4m3_cache && (a.descale.k.data == nullptr || a.descale.v.data == nullptr))) {
       std::fprintf(stderr, "flashattn-bench: out of memory for the decode buffers\n");
       return 1;
     }
@@ -144,7 +167,10 @@ int run_decode(const Options& o) {
   }
   std::sort(ms.begin(), ms.end());
   const double median = ms[ms.size() / 2];
+  // K/V bytes read per second, and the same keys per second as the TB/s a 16-bit cache
+  // would need (an e4m3 cache reads half the bytes per key).
   const double tbps = kv_bytes / (median * 1e-3) / 1e12;
+  const double tbps_16bit = tbps * 2.0 / static_cast<double>(element);
   double flops = 4.0 * b * h * sq * n * d;
   if (o.causal) flops -= 2.0 * b * h * sq * (sq - 1) * d;  // rows i see n - sq + 1 + i keys
   const double tflops = flops / (median * 1e-3) / 1e12;
@@ -153,13 +179,14 @@ int run_decode(const Options& o) {
               "\"cache_len\": %lld, \"hdim\": %lld, \"page_size\": %d, \"num_splits\": %d, "
               "\"cache_layout\": \"%s\", \"page_order\": \"%s\", "
               "\"causal\": %s, \"ms\": %.6f, \"ms_min\": %.6f, \"iters\": %zu, \"buffer_sets\": %zu, "
-              "\"kv_bytes\": %zu, \"tbps\": %.4f, \"tflops\": %.4f}\n",
+              "\"cache_dtype\": \"%s\", \"kv_bytes\": %zu, \"tbps\": %.4f, "
+              "\"tbps_16bit_equivalent\": %.4f, \"tflops\": %.4f}\n",
               flashattn::to_string(backend), memory->device_name().c_str(),
               flashattn::to_string(dtype), (long long)b, (long long)h, (long long)hk,
               (long long)sq, (long long)n, (long long)d, o.page_size, o.num_splits,
               o.heads_major ? "heads" : "rows", o.pages_in_order ? "sequential" : "shuffled",
-              o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(), kv_bytes,
-              tbps, tflops);
+              o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(),
+              flashattn::to_string(cache_dtype), kv_bytes, tbps, tbps_16bit, tflops);
   return 0;
 }
 

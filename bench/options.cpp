@@ -21,7 +21,8 @@ const char* usage() {
          "  --cache-len N --page-size P --num-splits N   (decode mode)\n"
          "  --cache-layout rows|heads  (decode: [.., keys, heads_k, d], default, or\n"
          "                              [.., heads_k, keys, d] as a strided view)\n"
-         "  --page-order shuffled|sequential   (decode: the block table, default shuffled)\n";
+         "  --page-order shuffled|sequential   (decode: the block table, default shuffled)\n"
+         "  --cache-dtype same|e4m3    (decode: the cache in q's dtype, default, or FP8)\n";
 }
 
 namespace {
@@ -94,6 +95,10 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       const std::string order = v;
       ok = order == "shuffled" || order == "sequential";
       o->pages_in_order = order == "sequential";
+    } else if (flag == "--cache-dtype") {
+      const std::string type = v;
+      ok = type == "same" || type == "e4m3";
+      o->e4m3_cache = type == "e4m3";
     } else if (flag == "--num-splits") {
       ok = parse_int(v, &o->num_splits) && o->num_splits >= 0;
     } else if (flag == "--seqlen-k") {

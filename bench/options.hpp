@@ -42,6 +42,9 @@ struct Options {
   // the SDPA peers read), passed as a strided view of the same logical shape.
   bool heads_major = false;
   bool pages_in_order = false;  // decode: block table 0, 1, 2, ... instead of shuffled
+  // decode: an e4m3 (FP8) cache read through descales [batch, heads_k], instead of one in
+  // q's dtype
+  bool e4m3_cache = false;
 };
 
 // Parses argv; on error or --help returns false with the text to print in `message`.

@@ -3,7 +3,8 @@
 
 One file per (direction, kernel family, head dim, element type, dropout) so that the build
 compiles them in parallel and each stays small; plus fwd_list.inc, fwd_paged_list.inc,
-bwd_list.inc and kv_list.inc, the X-macro lists the dispatch reads, so the two never disagree.
+bwd_list.inc, kv_list.inc and kv_e4m3_list.inc, the X-macro lists the dispatch reads, so the
+two never disagree.
 Dropout is a compile-time variant (its own kernel), so the kernels without it carry no dropout
 code. Run it after changing the lists
 below and commit its output:
@@ -103,6 +104,13 @@ def kvcache_instantiation(ctype, head_dim, _):
             f"template int kvcache_smem_bytes<{ctype}, {head_dim}>(bool);\n")
 
 
+# The KV-cache kernel over an e4m3 cache (q and out in ctype).
+def kvcache_e4m3_instantiation(ctype, head_dim, _):
+    return (f"template Status run_kvcache<{ctype}, {head_dim}, __nv_fp8_e4m3>("
+            f"const core::KVCacheParams&, const KvLaunch&, cudaStream_t);\n"
+            f"template int kvcache_smem_bytes<{ctype}, {head_dim}, __nv_fp8_e4m3>(bool);\n")
+
+
 # forward_tuning.hpp's kFwdHeadDims.
 FORWARD_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
@@ -129,6 +137,9 @@ DIRECTIONS = [
     # suffice; the API refuses dropout with a KV cache.
     Direction("kv", "FA_KV_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},
               [64, 128, 256], False, kvcache_instantiation),
+    # The same kernel over an e4m3 cache, for kvcache_tuning.hpp's kKvE4m3HeadDims.
+    Direction("kv_e4m3", "FA_KV_E4M3_KERNEL", {"sm80": "cuda/sm80/kv_launch.cuh"},
+              [128, 256], False, kvcache_e4m3_instantiation),
 ]
 
 

@@ -96,6 +96,9 @@ typedef struct fa_forward_args {
   fa_varlen varlen;
   fa_options options;
   fa_descales descale; /* e4m3 q, k, v only */
+  /* optional, with dropout: {seed, offset} on the tensors' device, read when the call runs
+     (AttentionOptions::dropout_seed_offset); NULL: options.dropout_seed / dropout_offset */
+  const uint64_t* dropout_seed_offset;
 } fa_forward_args;
 
 typedef struct fa_backward_args {
@@ -104,6 +107,7 @@ typedef struct fa_backward_args {
   fa_varlen varlen;
   fa_options options;
   int32_t deterministic;
+  const uint64_t* dropout_seed_offset; /* as in fa_forward_args: the forward's pair */
 } fa_backward_args;
 
 typedef struct fa_kvcache_args {

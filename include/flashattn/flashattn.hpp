@@ -105,6 +105,11 @@ struct AttentionOptions {
   float dropout_p = 0.f;      // in [0, 1); training only
   uint64_t dropout_seed = 0;  // Philox key: the same (seed, offset) drops the same elements
   uint64_t dropout_offset = 0;
+  // Optional, with dropout, instead of dropout_seed / dropout_offset: the address of the pair
+  // {seed, offset} on the tensors' device, read when the call runs rather than when it is
+  // made. A CUDA graph captures the address, so each replay uses the values written there
+  // before it (as PyTorch's graph-safe random number generators do).
+  const uint64_t* dropout_seed_offset = nullptr;
 };
 
 // Packed variable-length batches. Enabled when cu_seqlens_q is present.

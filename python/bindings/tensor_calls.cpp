@@ -67,6 +67,8 @@ AttentionOptions read_options(nb::handle options, int64_t head_dim) {
   o.dropout_p = static_cast<float>(to_double(options.attr("dropout_p")));
   o.dropout_seed = to_word(options.attr("dropout_seed"));
   o.dropout_offset = to_word(options.attr("dropout_offset"));
+  o.dropout_seed_offset = static_cast<const uint64_t*>(
+      read_address(options.attr("dropout_seed_offset"), "dropout_seed_offset"));
   return o;
 }
 

@@ -143,6 +143,18 @@ Tensor read_tensor(nb::handle object, const char* name) {
   return strided_view(reinterpret_cast<void*>(data), dtype, device, sizes, strides, rank);
 }
 
+const void* read_address(nb::handle object, const char* name) {
+  if (object.is_none()) return nullptr;
+  const Framework& f = framework();
+  const int is_tensor = PyObject_IsInstance(object.ptr(), f.tensor_type.ptr());
+  if (is_tensor < 0) throw nb::python_error();
+  if (is_tensor == 0) {
+    throw nb::type_error((std::string(name) + ": expected a " + f.tensor_name).c_str());
+  }
+  return reinterpret_cast<const void*>(
+      static_cast<uintptr_t>(to_int64(call_method(object, f.data_ptr))));
+}
+
 nb::object allocate_bytes(nb::handle like, size_t bytes, void** data) {
   const Framework& f = framework();
   nb::object buffer = f.allocate_bytes(like, bytes);

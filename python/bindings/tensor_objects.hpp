@@ -16,6 +16,9 @@ namespace flashattn::python {
 // and InvalidArgumentError (naming `name`) for a dtype, device or rank the library cannot
 // take.
 Tensor read_tensor(nanobind::handle object, const char* name);
+// The address of a framework tensor's data, or nullptr for None (a pointer argument such as
+// AttentionOptions::dropout_seed_offset, whose tensor the Python layer makes).
+const void* read_address(nanobind::handle object, const char* name);
 
 // A uint8 tensor of `bytes` on `like`'s device from the framework's allocator (ordered on
 // its current stream), and its address.

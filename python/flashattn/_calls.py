@@ -54,6 +54,9 @@ class Options(NamedTuple):
     dropout_p: float = 0.0
     dropout_seed: int = 0
     dropout_offset: int = 0
+    # torch: an int64 [2] tensor on q's device holding (seed, offset), read when the call
+    # runs (so a CUDA graph replays with the values drawn in it); None: the two ints above.
+    dropout_seed_offset: object = None
 
     def to_c(self, adapter, head_dim):
         window = tuple(self.window_size)

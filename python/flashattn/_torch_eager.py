@@ -10,7 +10,7 @@ modes and functorch transforms, goes through the custom ops, which know how to t
 """
 import torch
 
-from . import _torch_ops, _torch_rng
+from . import _torch_ops
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
@@ -63,8 +63,7 @@ class _Attention(torch.autograd.Function):
         call = ctx.call
         options = call.options
         if options.dropout_p > 0:
-            seed, offset = _torch_rng.from_rng_state(ctx.rng_state)
-            options = options._replace(dropout_seed=seed, dropout_offset=offset)
+            options = options._replace(dropout_seed_offset=ctx.rng_state)
         dq, dk, dv = _torch_ops.backward_with_options(grad_out, q, k, v, out, lse, *call.varlen,
                                                       options, call.deterministic)
         return dq, dk, dv, None

@@ -18,12 +18,9 @@ from ._torch_tensors import TorchTensors, stream_of
 
 
 def _rng_state_like(q, dropout_p):
-    """Dropout keeps its (seed, offset) in host memory, so the backward reads it without a
-    device sync; without dropout nothing is kept, and nothing lands in host memory (CUDA
-    graph trees skip graphs with CPU tensors)."""
-    if dropout_p > 0:
-        return torch.empty((2,), dtype=torch.int64, device="cpu")
-    return q.new_empty((0,), dtype=torch.int64)
+    """Dropout keeps its (seed, offset) in an int64 [2] tensor on q's device, which the
+    kernels read (_torch_rng.py); without dropout the op returns an empty one."""
+    return q.new_empty((2 if dropout_p > 0 else 0,), dtype=torch.int64)
 
 
 def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
@@ -41,14 +38,14 @@ def run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, ma
 def forward_with_options(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                          max_seqlen_k, options, out=None, with_lse=True):
     """The forward of every torch path: (out, lse, rng_state) with its options as one
-    _calls.Options (softmax_scale None: 1/sqrt(d)). Dropout's seed and offset are taken
-    here; without dropout rng_state is None (run_forward gives the op its empty tensor),
-    and without with_lse so is lse (an inference call that returns only out)."""
+    _calls.Options (softmax_scale None: 1/sqrt(d)). Dropout's (seed, offset) are drawn
+    here, on q's device; without dropout rng_state is None (run_forward gives the op its
+    empty tensor), and without with_lse so is lse (an inference call that returns only
+    out)."""
     rng_state = None
     if options.dropout_p > 0:
-        seed, offset = _torch_rng.take_seed_offset(q.device)
-        rng_state = _torch_rng.as_rng_state(seed, offset)
-        options = options._replace(dropout_seed=seed, dropout_offset=offset)
+        rng_state = _torch_rng.draw_seed_offset(q.device)
+        options = options._replace(dropout_seed_offset=rng_state)
     # The outputs' shapes are read from q and v, so their ranks are checked first; the
     # library validates everything else, once, in forward_tensors.
     expect_attention_ranks(q, k, v, cu_seqlens_q)
@@ -99,9 +96,9 @@ def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k,
                  window_right, softcap, alibi_slopes, deterministic, grads=None):
     """The computation behind the backward op: (dq, dk, dv), contiguous in the shapes of
     q, k and v, or written into `grads` when given."""
-    seed, offset = _torch_rng.from_rng_state(rng_state) if dropout_p > 0 else (0, 0)
     options = Options(softmax_scale, causal, (window_left, window_right), softcap,
-                      alibi_slopes, dropout_p, seed, offset)
+                      alibi_slopes, dropout_p,
+                      dropout_seed_offset=rng_state if dropout_p > 0 else None)
     return backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                  seqused_k, max_seqlen_q, max_seqlen_k, options, deterministic,
                                  grads)
@@ -109,8 +106,8 @@ def run_backward(dout, q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k,
 
 def backward_with_options(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                           max_seqlen_q, max_seqlen_k, options, deterministic, grads=None):
-    """The backward of every torch path, its options (dropout seed and offset included)
-    as one _calls.Options."""
+    """The backward of every torch path, its options (with dropout, the forward's rng_state
+    as dropout_seed_offset) as one _calls.Options."""
     dout = TorchTensors.readable(dout, "dout")
     if grads is None:
         grads = (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))

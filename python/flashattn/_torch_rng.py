@@ -1,43 +1,23 @@
-"""Dropout seeds from torch's generators, so torch.manual_seed reproduces a run.
+"""Dropout's Philox key from torch's generators, so torch.manual_seed reproduces a run.
 
-CUDA tensors take the device generator's Philox seed and reserve an offset from it (as
-torch's own dropout does), so dropout never consumes the CPU generator that data loading
-may use; CPU tensors draw from the CPU generator. The pair is returned as `rng_state`
-(int64 [2], host memory) and handed back to the backward, which regenerates the mask.
+A dropout call draws its (seed, offset) with a torch operation into an int64 [2] tensor on
+q's device (the CUDA device's generator for CUDA tensors, so dropout never consumes the CPU
+generator that data loading may use; the CPU generator for CPU tensors), and the library
+reads the pair from that tensor when the call runs (AttentionOptions::dropout_seed_offset).
+Drawn by a torch operation, the pair is graph-safe: a captured CUDA graph draws it again on
+every replay, as PyTorch's own dropout does, so each replay drops fresh elements, the ones an
+eager call drops from the same generator state. The tensor is returned as `rng_state` and
+handed back to the backward, which reads the same pair without a synchronization.
 """
 import torch
 
-# torch requires philox offsets in multiples of 4; one call uses one offset value (the
-# library mixes it into the Philox counter), so 4 reserves it.
-_OFFSET_STEP = 4
 
-
-def _from_cuda_generator(device):
-    generator = torch.cuda.default_generators[
-        device.index if device.index is not None else torch.cuda.current_device()]
-    offset = generator.get_offset()
-    generator.set_offset(offset + _OFFSET_STEP)
-    return generator.initial_seed(), offset
-
-
-def take_seed_offset(device):
-    """(seed, offset) for one dropout call on `device`, advancing its generator."""
-    if device.type == "cuda":
-        try:
-            return _from_cuda_generator(device)
-        except RuntimeError:
-            pass  # a generator that cannot move its offset now (e.g. during graph capture)
-    seed, offset = torch.randint(0, 2**62, (2,), dtype=torch.int64).tolist()
-    return seed, offset
-
-
-def as_rng_state(seed, offset):
-    """int64 [2] on the host; seeds above 2**63 are stored in two's complement."""
-    def signed(value):
-        return value - 2**64 if value >= 2**63 else value
-    return torch.tensor([signed(seed), signed(offset)], dtype=torch.int64)
+def draw_seed_offset(device):
+    """int64 [2] on `device`: (seed, offset), each uniform in [0, 2^63)."""
+    return torch.empty((2,), dtype=torch.int64, device=device).random_()
 
 
 def from_rng_state(rng_state):
+    """The (seed, offset) ints of an rng_state (a device-to-host copy for CUDA tensors)."""
     seed, offset = rng_state.tolist()
     return seed & 0xFFFFFFFFFFFFFFFF, offset & 0xFFFFFFFFFFFFFFFF

@@ -103,6 +103,7 @@ ForwardArgs to_cpp(const fa_forward_args& a) {
   out.lse = to_cpp(a.lse);
   out.varlen = to_cpp(a.varlen);
   out.options = to_cpp(a.options);
+  out.options.dropout_seed_offset = a.dropout_seed_offset;
   out.descale = to_cpp(a.descale);
   return out;
 }
@@ -120,6 +121,7 @@ BackwardArgs to_cpp(const fa_backward_args& a) {
   out.dv = to_cpp(a.dv);
   out.varlen = to_cpp(a.varlen);
   out.options = to_cpp(a.options);
+  out.options.dropout_seed_offset = a.dropout_seed_offset;
   out.deterministic = a.deterministic != 0;
   return out;
 }

@@ -92,12 +92,12 @@ std::vector<NamedTensor> attention_tensors(const Tensor& q, const Tensor& k, con
           {"options.alibi_slopes", &options.alibi_slopes}};
 }
 
-// After placement: contents of host tensors, then what the backend can run. e4m3 attention
-// has a CUDA kernel (Hopper; its plan says where not), so no FP8 operand is named here.
+// After placement: contents of host tensors, then what the backend can run (an e4m3 forward
+// reaches the CUDA plan, which runs it on Hopper and says why not elsewhere).
 Status check_contents_and_support(const Tensor& q, const VarlenLayout& varlen, const Sizes& s,
                                   const Target& target) {
   if (s.varlen) FA_RETURN_IF_ERROR(check_varlen_contents(varlen, s));
-  return check_backend_support(q.dtype, nullptr, s, target, "v");
+  return check_backend_support(q.dtype, s, target, "v");
 }
 
 void fill_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -131,6 +131,8 @@ Status validate_forward(const ForwardArgs& a, const Target& target, core::Attent
                                  {"descale.k", &a.descale.k},
                                  {"descale.v", &a.descale.v}});
   FA_RETURN_IF_ERROR(check_placement(tensors, target));
+  FA_RETURN_IF_ERROR(check_pointer_placement("options.dropout_seed_offset",
+                                             a.options.dropout_seed_offset, target));
   FA_RETURN_IF_ERROR(check_contents_and_support(a.q, a.varlen, s, target));
   *params = core::AttentionParams{};
   fill_attention(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options, s, params);
@@ -155,6 +157,8 @@ Status validate_backward(const BackwardArgs& a, const Target& target,
       attention_tensors(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options);
   tensors.insert(tensors.end(), {{"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
   FA_RETURN_IF_ERROR(check_placement(tensors, target));
+  FA_RETURN_IF_ERROR(check_pointer_placement("options.dropout_seed_offset",
+                                             a.options.dropout_seed_offset, target));
   FA_RETURN_IF_ERROR(check_contents_and_support(a.q, a.varlen, s, target));
   *params = core::BackwardParams{};
   fill_attention(a.q, a.k, a.v, a.out, a.lse, a.varlen, a.options, s, params);

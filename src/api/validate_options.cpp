@@ -53,6 +53,10 @@ Status check_options(const AttentionOptions& o, const Sizes& sizes) {
   if (!(o.dropout_p >= 0.f && o.dropout_p < 1.f)) {
     return invalid("options.dropout_p", "a probability in [0, 1)", to_text(o.dropout_p));
   }
+  if (o.dropout_seed_offset != nullptr && o.dropout_p == 0.f) {
+    return invalid("options.dropout_seed_offset", "nullptr without dropout (dropout_p = 0)",
+                   "a pointer");
+  }
   return check_alibi(o.alibi_slopes, sizes);
 }
 
@@ -70,6 +74,7 @@ void fill_options(const AttentionOptions& o, const Sizes& sizes, core::Attention
   p->dropout_rescale = static_cast<float>(1.0 / (1.0 - static_cast<double>(o.dropout_p)));
   p->seed = o.dropout_seed;
   p->offset = o.dropout_offset;
+  p->seed_offset = o.dropout_seed_offset;
   if (o.alibi_slopes.present()) {
     p->alibi_slopes = static_cast<const float*>(o.alibi_slopes.data);
     p->alibi_batch_stride = o.alibi_slopes.rank == 2 ? o.alibi_slopes.stride[0] : 0;

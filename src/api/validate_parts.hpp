@@ -59,6 +59,9 @@ Status check_varlen_contents(const VarlenLayout& varlen, const Sizes& sizes);
 // Every present tensor declared on the target's device, and, when the target asks, the
 // CUDA runtime agreeing that each pointer lives where it is declared.
 Status check_placement(const std::vector<NamedTensor>& tensors, const Target& target);
+// A raw pointer the call reads (no Tensor to declare its device): where the runtime says it
+// lives must be the target's device, when the CUDA runtime is usable to say so.
+Status check_pointer_placement(const char* name, const void* ptr, const Target& target);
 
 // FP8: the output of an e4m3 attention is bf16 or fp16 (the caller's out says which).
 Status expect_fp8_output_dtype(const Tensor& out, const char* name);
@@ -68,11 +71,10 @@ Status check_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3, const 
 void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
                    core::AttentionParams* params);
 
-// Valid calls the target cannot run: fp32 or an FP8 cache on CUDA, d_v != d (not implemented
-// yet).
-// `fp8_name` names the e4m3 argument of the call (null: none is e4m3).
-Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
-                             const Target& target, const char* v_name);
+// Valid calls the target cannot run: fp32 on CUDA, d_v != d (not implemented yet). (e4m3
+// calls reach the CUDA plans, which refuse what they have no kernel for.)
+Status check_backend_support(DType dtype, const Sizes& sizes, const Target& target,
+                             const char* v_name);
 
 // Sizes, dtype and operands shared by every Params (q, out, lse and the head counts); the
 // Params' dtype is out's (q's unless q is e4m3).

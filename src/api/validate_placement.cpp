@@ -37,6 +37,18 @@ Status check_actual(const char* name, const Tensor& t) {
 
 }  // namespace
 
+Status check_pointer_placement(const char* name, const void* ptr, const Target& target) {
+  if (ptr == nullptr || !target.verify_pointers) return Status::Ok();
+  Device actual{};
+  FA_RETURN_IF_ERROR(cuda::pointer_device(ptr, &actual));
+  if (same_device(actual, target.device)) return Status::Ok();
+  const std::string expected = target.device.type == DeviceType::kCPU
+                                   ? "host memory (cpu) for backend " +
+                                         std::string(to_string(target.backend))
+                                   : "memory on " + to_text(target.device) + ", the device of q";
+  return invalid(name, "a pointer to " + expected, "a pointer on " + to_text(actual));
+}
+
 Status check_placement(const std::vector<NamedTensor>& tensors, const Target& target) {
   for (const NamedTensor& named : tensors) {
     if (!named.tensor->present()) continue;

@@ -1,11 +1,14 @@
-// Host-side conversions between fp32 and the 16- and 8-bit storage types (round to nearest
-// even), and typed element access for the CPU backends.
+// Conversions between fp32 and the 16- and 8-bit storage types (round to nearest even), and
+// typed element access for the CPU backends. The e4m3 encoding and the appended value are
+// host and device functions: the CUDA append quantizes with them, so an FP8 cache holds the
+// same bytes whichever backend wrote it.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "core/params.hpp"
+#include "core/platform.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::core {
@@ -20,16 +23,24 @@ inline ElementType element_type(DType dtype) {
   }
 }
 
-inline float bits_to_float(uint32_t bits) {
+FA_HOST_DEVICE float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
+#endif
 }
 
-inline uint32_t float_to_bits(float f) {
+FA_HOST_DEVICE uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   return bits;
+#endif
 }
 
 inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
@@ -97,7 +108,7 @@ inline float e4m3_to_float(uint8_t x) {
 // satfinite conversion and vLLM's cache writes do, so one large key does not turn into a
 // NaN); NaN and +-inf become NaN (e4m3 has no infinity, and a non-finite input must stay
 // non-finite).
-inline uint8_t float_to_e4m3(float f) {
+FA_HOST_DEVICE uint8_t float_to_e4m3(float f) {
   const uint32_t bits = float_to_bits(f);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs = bits & 0x7FFFFFFFu;
@@ -121,7 +132,7 @@ inline uint8_t float_to_e4m3(float f) {
 // What a cache slot receives for an appended value before rounding to the cache's type:
 // an e4m3 cache stores value / descale (docs/contract.md, "FP8"), other caches the value.
 // Shared by the backends so their caches agree bit for bit.
-inline float appended_value(float value, bool e4m3_cache, float descale) {
+FA_HOST_DEVICE float appended_value(float value, bool e4m3_cache, float descale) {
   return e4m3_cache ? value / descale : value;
 }
 

@@ -80,6 +80,9 @@ struct AttentionParams {
   float dropout_rescale = 1.f;  // 1 / (1 - p)
   uint64_t seed = 0;
   uint64_t offset = 0;
+  // When set, {seed, offset} are read from here when the call runs (host memory for the CPU
+  // backends, the GPU's for CUDA): AttentionOptions::dropout_seed_offset. dropout_key() reads it.
+  const uint64_t* seed_offset = nullptr;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool is_causal() const { return window_left < 0 && window_right == 0; }
@@ -91,6 +94,17 @@ struct AttentionParams {
   ElementType kv_type() const { return kv_e4m3 ? ElementType::kF8E4M3 : dtype; }
   bool has_fp8() const { return q_e4m3 || kv_e4m3; }
 };
+
+// The Philox key of a dropout call: from seed_offset when the caller gave its address, else
+// the values given with the call. Host and device code read it the same way.
+struct DropoutKey {
+  uint64_t seed;
+  uint64_t offset;
+};
+FA_HOST_DEVICE DropoutKey dropout_key(const AttentionParams& p) {
+  if (p.seed_offset != nullptr) return {p.seed_offset[0], p.seed_offset[1]};
+  return {p.seed, p.offset};
+}
 
 struct BackwardParams : AttentionParams {
   Operand dout, dq, dk, dv;

@@ -92,8 +92,9 @@ HeadRule make_head_rule(const core::AttentionParams& params, int batch, int head
   // for an FP8 cache read by 16-bit queries.
   rule.dtype = params.q_type();
   rule.dropout = params.has_dropout();
-  rule.seed = params.seed;
-  rule.offset = params.offset;
+  const core::DropoutKey key = core::dropout_key(params);
+  rule.seed = key.seed;
+  rule.offset = key.offset;
   rule.bh = static_cast<uint32_t>(batch) * static_cast<uint32_t>(params.nheads) +
             static_cast<uint32_t>(head);
   rule.drop_threshold = params.drop_threshold;

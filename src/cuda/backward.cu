@@ -119,6 +119,11 @@ Status run_typed(const core::BackwardParams& p, const BwdWorkspace& w, bool sm90
   }
   const Status ran = run_kernel(p, w, sm90a, stream);
   if (!ran.ok()) return ran;
+  if (w.kv_splits > 1) {
+    const RowMap kv_rows{p.is_varlen() ? 0 : p.seqlen_k};
+    bwd_combine_dkv<T><<<grid_for(w.kv_stride, 256), 256, 0, stream>>>(p, kv_rows, w);
+    FA_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
   if (pairs > 0) {
     const int64_t elements = pairs * p.head_dim;
     if (vector) {
@@ -146,10 +151,21 @@ Status check_on_device(const core::BackwardParams& p, int device, BwdPlan* plan,
 // atomics need aligned buffers; the caller's pointer may be anywhere), hence the slack.
 constexpr size_t kWorkspaceAlignment = 256;
 
-size_t workspace_bytes(const core::BackwardParams& p, const BwdPlan& plan) {
+// GQA split among the sm90 kernel's blocks (bwd_sm90_kv_splits) on a device with `limits`.
+int kv_splits(const core::BackwardParams& k, const DeviceLimits& limits) {
+  if (!limits.sm90a || !bwd_sm90_has(k.head_dim) || k.nheads_k <= 0) return 1;
+  const int block_n = bwd_sm90_tile(k.head_dim).block_n;
+  const int64_t blocks = static_cast<int64_t>((k.seqlen_k + block_n - 1) / block_n) *
+                         k.nheads_k * k.batch;
+  return bwd_sm90_kv_splits(blocks, k.nheads / k.nheads_k, limits.sms, k.deterministic);
+}
+
+size_t workspace_bytes(const core::BackwardParams& p, const BwdPlan& plan,
+                       const DeviceLimits& limits) {
   const core::BackwardParams k = kernel_shape(p, plan);
   const size_t kernel_bytes = bwd_workspace_layout(k, bwd_workspace_block_m(plan.head_dim),
-                                                   bwd_sm90_dq_slices(k, plan.head_dim))
+                                                   bwd_sm90_dq_slices(k, plan.head_dim),
+                                                   kv_splits(k, limits))
                                   .total;
   return kWorkspaceAlignment + kernel_bytes +
          (plan.padded ? bwd_padded_bytes(p, plan.head_dim) : 0);
@@ -164,8 +180,14 @@ Status check_backward(const core::BackwardParams& p, int device) {
 }
 
 size_t backward_workspace_size(const core::BackwardParams& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
   BwdPlan plan;
-  return plan_of(p, &plan).ok() ? workspace_bytes(p, plan) : 0;
+  DeviceLimits limits;
+  return check_on_device(p, device, &plan, &limits).ok() ? workspace_bytes(p, plan, limits) : 0;
 }
 
 Status backward(const core::BackwardParams& p, void* stream_ptr) {
@@ -176,7 +198,7 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
   DeviceLimits limits;
   const Status checked = check_on_device(p, device, &plan, &limits);
   if (!checked.ok()) return checked;
-  const size_t needed = workspace_bytes(p, plan);
+  const size_t needed = workspace_bytes(p, plan, limits);
   if (p.workspace == nullptr || p.workspace_bytes < needed) {
     return Status(StatusCode::kInvalidArgument,
                   "launch.workspace: expected at least " + std::to_string(needed) +
@@ -191,7 +213,7 @@ Status backward(const core::BackwardParams& p, void* stream_ptr) {
     // The accumulator slices are the sm90 kernel's; the sm80 kernel adds into slice 0.
     const int slices = bwd_sm90_dq_slices(q, q.head_dim);
     BwdWorkspace w = bwd_workspace(q, bwd_workspace_block_m(q.head_dim), slices,
-                                   limits.sm90a ? slices : 1);
+                                   limits.sm90a ? slices : 1, kv_splits(q, limits));
     w.turn_group_blocks = bwd_turn_group_blocks(q, q.head_dim);
     w.rotated = limits.sm90a && bwd_sm90_rotates(q, q.head_dim, limits.sms);
     return q.dtype == core::ElementType::kF16

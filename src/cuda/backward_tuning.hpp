@@ -126,6 +126,19 @@ constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
 
 constexpr bool bwd_sm90_has(int head_dim) { return bwd_sm90_tile(head_dim).block_m != 0; }
 
+// GQA on few blocks: a block of the sm90 kernel walks every query head of its KV head, so a
+// grid of (key blocks, KV heads, batch) smaller than the GPU leaves SMs idle (H200, Qwen2-0.5B's
+// 14 query heads on 2 KV heads, one sequence of 2554 tokens at d = 64: 40 blocks for 132 SMs,
+// 56 TFLOP/s). Then the query heads of a KV head are split among `splits` blocks, each adding
+// its fp32 dK/dV partials, which bwd_combine_dkv sums in split order; enough splits to fill
+// the GPU once, at most one per query head. The deterministic kernel keeps one block per KV
+// head (its turns and orders are planned per block).
+constexpr int bwd_sm90_kv_splits(int64_t blocks, int group, int sms, bool deterministic) {
+  if (deterministic || group < 2 || blocks <= 0 || blocks >= sms) return 1;
+  const int64_t wanted = (sms + blocks - 1) / blocks;
+  return static_cast<int>(wanted < group ? wanted : group);
+}
+
 // Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T (and
 // P^T in the column split), the rows' lse and D double-buffered, and the dQ writer's two fp32
 // stashes (rows padded by 8 floats) and their four mbarriers or, without the writer, a 16 x 32

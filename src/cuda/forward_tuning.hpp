@@ -206,8 +206,8 @@ static_assert(fwd_sm90_table_entry_ok(64) && fwd_sm90_table_entry_ok(96) &&
 // e4m3 q, k and v, a 16-bit output. One tile per head dim, of two MMA warpgroups (the transpose
 // of V runs in the producer warpgroup on the registers that split leaves it). The key block is
 // a multiple of 32 (the K of one e4m3 wgmma of P V); its transposed V is padded to 128-key
-// panels. Storage: Q, the K ring, V's landing ring (8-bit) and its transposed ring, O (16-bit)
-// apart where it fits, else staged in the K ring.
+// panels. Storage: Q, the K ring, V's landing ring (8-bit) and its transposed ring, and O's
+// staging (16-bit) where it fits (else the epilogue stores O from registers).
 inline constexpr int kFwdSm90Fp8HeadDims[] = {64, 128, 256};
 
 constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
@@ -227,7 +227,7 @@ constexpr int fwd_sm90_fp8_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile 
                      t.stages * head_dim_v * fwd_sm90_round_up(t.block_n, 128) + 1024 + 1024;
   const int o_stage = t.block_m * fwd_sm90_round_up(head_dim_v, 64) * 2;
   if (others + k_ring + o_stage <= 227 * 1024) return others + k_ring + o_stage;
-  return others + (k_ring > o_stage ? k_ring : o_stage);
+  return others + k_ring;
 }
 
 constexpr bool fwd_sm90_fp8_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {

@@ -2,6 +2,7 @@
 // so they never disagree), then on the caller's stream: append (+ rotary) into the cache, the
 // padded copies when the kernels cannot read the call in place (kvcache_pad.hpp), the staged
 // query when needed, the attention kernel over the updated cache, and the split-KV combine.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,24 +55,37 @@ struct KvPlan {
   }
 };
 
-int kernel_smem_bytes(core::ElementType dtype, int head_dim, bool decode) {
-#define FA_KV_KERNEL(family, type, hdim)                                   \
-  if (dtype == element_type_of<type>() && head_dim == hdim) {              \
-    return family::kvcache_smem_bytes<type, hdim>(decode);                 \
+// The kernels of a cache of q's type (kv_list.inc) and of an e4m3 cache (kv_e4m3_list.inc).
+int kernel_smem_bytes(const core::KVCacheParams& p, int head_dim, bool decode) {
+#define FA_KV_KERNEL(family, type, hdim)                                         \
+  if (!p.kv_e4m3 && p.dtype == element_type_of<type>() && head_dim == hdim) {    \
+    return family::kvcache_smem_bytes<type, hdim>(decode);                       \
   }
 #include "cuda/instantiations/kv_list.inc"
 #undef FA_KV_KERNEL
+#define FA_KV_E4M3_KERNEL(family, type, hdim)                                    \
+  if (p.kv_e4m3 && p.dtype == element_type_of<type>() && head_dim == hdim) {     \
+    return family::kvcache_smem_bytes<type, hdim, __nv_fp8_e4m3>(decode);        \
+  }
+#include "cuda/instantiations/kv_e4m3_list.inc"
+#undef FA_KV_E4M3_KERNEL
   return 0;
 }
 
 Status run_kernel(const core::KVCacheParams& p, int head_dim, const sm80::KvLaunch& launch,
                   cudaStream_t stream) {
-#define FA_KV_KERNEL(family, type, hdim)                                   \
-  if (p.dtype == element_type_of<type>() && head_dim == hdim) {            \
-    return family::run_kvcache<type, hdim>(p, launch, stream);             \
+#define FA_KV_KERNEL(family, type, hdim)                                         \
+  if (!p.kv_e4m3 && p.dtype == element_type_of<type>() && head_dim == hdim) {    \
+    return family::run_kvcache<type, hdim>(p, launch, stream);                   \
   }
 #include "cuda/instantiations/kv_list.inc"
 #undef FA_KV_KERNEL
+#define FA_KV_E4M3_KERNEL(family, type, hdim)                                    \
+  if (p.kv_e4m3 && p.dtype == element_type_of<type>() && head_dim == hdim) {     \
+    return family::run_kvcache<type, hdim, __nv_fp8_e4m3>(p, launch, stream);    \
+  }
+#include "cuda/instantiations/kv_e4m3_list.inc"
+#undef FA_KV_E4M3_KERNEL
   return Status(StatusCode::kInternal,
                 "CUDA KV cache: no kernel for head dim " + std::to_string(head_dim));
 }
@@ -87,12 +101,13 @@ core::Operand staged_q(const core::KVCacheParams& p, void* workspace) {
 }
 
 // Whether the forward kernel can run the attention of this call (choose_plan asks only for
-// packed rows past the decode tile), and which family (`kernel`): the keys of entry b from
+// packed rows past the decode tile), and which family (`kernel`): a cache of q's type (the
+// forward has no e4m3 cache; the KV kernel's prefill tile serves one), the keys of entry b from
 // cache position 0 of row b or of its pages (no cache_batch_idx, no leftpad), out written in
 // place, a compiled head dim, and the kernel fits the device.
 bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
                          FwdKernel* kernel) {
-  if (p.cache_batch_idx != nullptr || p.cache_leftpad != nullptr ||
+  if (p.kv_e4m3 || p.cache_batch_idx != nullptr || p.cache_leftpad != nullptr ||
       !aligned_for_kernels(p.out, false)) {
     return false;
   }
@@ -117,6 +132,8 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
 // and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 / 4.54 TB/s at
 // 32k / 128k keys, 4 splits 4.23 / 4.41). Not over a paged cache: one block per SM leaves
 // the page lookups exposed (batch 8 / 32k, page 16: 3.51 TB/s with 2 splits, 4.24 with 4).
+// Nor over an e4m3 cache, whose blocks convert what they read: alone on an SM they leave it
+// waiting on their own instructions, and the blocks of one wave hide each other's.
 // Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than
 // it gains), each at least 4 key blocks long (shorter ones spend more on filling the pipeline
 // and on the combine than they gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k
@@ -132,7 +149,8 @@ int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile,
   if (blocks == 0) return 1;
   constexpr int kLongSplit = 256;  // key blocks: 16k keys of 64
   const int64_t one_per_sm = std::min<int64_t>(sms / blocks, kMaxKvSplits);
-  if (decode && !p.is_paged() && one_per_sm >= 1 && key_blocks / one_per_sm >= kLongSplit) {
+  if (decode && !p.is_paged() && !p.kv_e4m3 && one_per_sm >= 1 &&
+      key_blocks / one_per_sm >= kLongSplit) {
     return static_cast<int>(one_per_sm);
   }
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
@@ -147,7 +165,6 @@ Status check_servable(const core::KVCacheParams& p) {
   if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
     return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
   }
-  if (p.has_fp8()) return unsupported("k_cache: e4m3 (FP8) has no CUDA kernel yet");
   if (p.head_dim_v != p.head_dim) {
     return unsupported("v_cache: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
                        ", got " + std::to_string(p.head_dim_v));
@@ -168,10 +185,10 @@ Status check_servable(const core::KVCacheParams& p) {
 // The kernels for a call they can read in place (d % 8 == 0, aligned caches): fills the
 // plan's kernel fields and buffers, leaving its padding fields as they are.
 Status choose_kernels(const core::KVCacheParams& p, int device, KvPlan* plan) {
-  plan->head_dim = kv_kernel_head_dim(p.head_dim);
+  plan->head_dim = kv_kernel_head_dim(p.head_dim, p.kv_e4m3);
   const int packed_rows = p.seqlen_q * (p.nheads / p.nheads_k);
   plan->decode = packed_rows <= kKvDecodeMaxRows;
-  const int smem = kernel_smem_bytes(p.dtype, plan->head_dim, plan->decode);
+  const int smem = kernel_smem_bytes(p, plan->head_dim, plan->decode);
   DeviceLimits limits;
   const Status fits = check_kernel_fits("CUDA KV cache", device, plan->head_dim, smem, &limits);
   if (!fits.ok()) return fits;
@@ -185,8 +202,8 @@ Status choose_kernels(const core::KVCacheParams& p, int device, KvPlan* plan) {
     plan->used_keys_bytes = aligned(static_cast<uint64_t>(p.batch) * sizeof(int32_t));
     return Status::Ok();
   }
-  const KvTile tile =
-      plan->decode ? kv_decode_tile(plan->head_dim) : kv_prefill_tile(plan->head_dim);
+  const KvTile tile = plan->decode ? kv_decode_tile(plan->head_dim, p.kv_e4m3 ? 1 : 2)
+                                   : kv_prefill_tile(plan->head_dim);
   plan->num_splits = choose_splits(p, plan->decode, tile, smem, limits.sms, limits.smem_per_sm);
   plan->dependent_combine = limits.major >= 9;
   if (plan->num_splits > 1) {

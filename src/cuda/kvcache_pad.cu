@@ -13,7 +13,10 @@ namespace flashattn::cuda {
 namespace {
 
 constexpr uint64_t kAlign = 256;
-constexpr uint64_t kElement = 2;  // fp16 and bf16, the dtypes the CUDA backend runs
+constexpr uint64_t kElement = 2;  // q and out: fp16 and bf16, the dtypes the CUDA backend runs
+
+// Bytes of a cache element: 1 for an e4m3 cache.
+int cache_element(const core::KVCacheParams& p) { return p.kv_e4m3 ? 1 : 2; }
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -34,7 +37,7 @@ uint64_t cache_rows(const core::KVCacheParams& p) {
 PadLayout pad_layout(const core::KVCacheParams& p) {
   const uint64_t dim = static_cast<uint64_t>(kvcache_padded_dim(p));
   const uint64_t q_bytes = aligned(query_rows(p) * p.nheads * dim * kElement);
-  const uint64_t cache_bytes = aligned(cache_rows(p) * p.nheads_k * dim * kElement);
+  const uint64_t cache_bytes = aligned(cache_rows(p) * p.nheads_k * dim * cache_element(p));
   PadLayout l{};
   l.q = 0;
   l.k = l.q + q_bytes;
@@ -55,14 +58,15 @@ core::Operand contiguous_operand(void* ptr, int rows_per_entry, int heads, int d
 
 // dst[b][position][hk][c] = the cache's element (b, position, hk, c) for c < dim, 0 for
 // dim <= c < padded_dim, at the positions [0, cache_seqlens[b] + appended) in use; the
-// positions past them are left as they are (the attention never reads them).
+// positions past them are left as they are (the attention never reads them). E: the cache
+// element's storage (uint16_t, or uint8_t for e4m3, whose zero is 0 too).
+template <class E>
 __global__ void gather_cache_kernel(const __grid_constant__ core::KVCacheParams p,
-                                    core::Operand cache, int dim, int padded_dim,
-                                    uint16_t* dst) {
+                                    core::Operand cache, int dim, int padded_dim, E* dst) {
   const int appended = p.k_new.ptr != nullptr ? p.seqlen_new : 0;
   const int64_t row_elements = static_cast<int64_t>(p.nheads_k) * padded_dim;
   const int64_t total = static_cast<int64_t>(p.batch) * p.seqlen_k * row_elements;
-  const uint16_t* src = static_cast<const uint16_t*>(cache.ptr);
+  const E* src = static_cast<const E*>(cache.ptr);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(i % padded_dim);
@@ -71,7 +75,7 @@ __global__ void gather_cache_kernel(const __grid_constant__ core::KVCacheParams 
     const int b = static_cast<int>(row / p.seqlen_k);
     const int position = static_cast<int>(row % p.seqlen_k);
     if (position >= p.cache_seqlens[b] + appended) continue;
-    dst[i] = c < dim ? src[cache_position_offset(p, cache, b, position, hk) + c] : uint16_t{0};
+    dst[i] = c < dim ? src[cache_position_offset(p, cache, b, position, hk) + c] : E{0};
   }
 }
 
@@ -84,13 +88,17 @@ unsigned grid_for(uint64_t elements) {
 
 bool kvcache_needs_padding(const core::KVCacheParams& p) {
   // The cache is read in place by the kernels: 16-byte chunks at 16-byte aligned addresses.
-  const auto in_place = [](const core::Operand& cache) {
-    return aligned_for_kernels(cache, /*varlen=*/false);
+  const auto in_place = [&p](const core::Operand& cache) {
+    return aligned_for_kernels(cache, /*varlen=*/false, cache_element(p));
   };
-  return p.head_dim % 8 != 0 || !in_place(p.k) || !in_place(p.v);
+  return p.head_dim % (16 / cache_element(p)) != 0 || !in_place(p.k) || !in_place(p.v);
 }
 
-int kvcache_padded_dim(const core::KVCacheParams& p) { return (p.head_dim + 7) / 8 * 8; }
+// Whole 16-byte chunks of the cache's rows (q's rows then hold whole chunks too).
+int kvcache_padded_dim(const core::KVCacheParams& p) {
+  const int chunk = 16 / cache_element(p);
+  return (p.head_dim + chunk - 1) / chunk * chunk;
+}
 
 uint64_t kvcache_padded_bytes(const core::KVCacheParams& p) { return pad_layout(p).total; }
 
@@ -128,8 +136,13 @@ Status pad_kvcache_inputs(const core::KVCacheParams& p, const core::KVCacheParam
     void* to;
   } caches[] = {{p.k, p.head_dim, padded.k.ptr}, {p.v, p.head_dim_v, padded.v.ptr}};
   for (const auto& cache : caches) {
-    gather_cache_kernel<<<grid_for(elements), 256, 0, stream>>>(
-        p, cache.from, cache.dim, padded.head_dim, static_cast<uint16_t*>(cache.to));
+    if (p.kv_e4m3) {
+      gather_cache_kernel<<<grid_for(elements), 256, 0, stream>>>(
+          p, cache.from, cache.dim, padded.head_dim, static_cast<uint8_t*>(cache.to));
+    } else {
+      gather_cache_kernel<<<grid_for(elements), 256, 0, stream>>>(
+          p, cache.from, cache.dim, padded.head_dim, static_cast<uint16_t*>(cache.to));
+    }
     const Status launched =
         cuda_status(cudaGetLastError(), "launching the KV-cache padding copy");
     if (!launched.ok()) return launched;

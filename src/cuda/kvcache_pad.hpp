@@ -1,8 +1,8 @@
 // The KV-cache call's padding path, for what the attention kernels cannot read in place: a
-// head dim that is not a multiple of 8 (they load 16-byte chunks) or a cache whose pointer or
-// strides are not 16-byte aligned. The append writes the caller's cache itself (element by
-// element, so any head dim and alignment; rotated as on the fast path), and only then are q
-// and each entry's cache rows in use copied, zero-padded to a multiple of 8 columns, into
+// head dim that is not a multiple of 8 (they load 16-byte chunks; 16 for an e4m3 cache) or a
+// cache whose pointer or strides are not 16-byte aligned. The append writes the caller's cache
+// itself (element by element, so any head dim and alignment; rotated as on the fast path), and
+// only then are q and each entry's cache rows in use copied, zero-padded to whole chunks, into
 // the workspace: a contiguous cache per batch entry, so cache_batch_idx and block_table are
 // resolved by the copy. The attention runs there and the first head_dim columns of its
 // output are copied into the caller's. Zero columns change no dot product, so the result is
@@ -21,7 +21,8 @@ namespace flashattn::cuda {
 // Whether the call must go through the padded copies.
 bool kvcache_needs_padding(const core::KVCacheParams& params);
 
-// The head dim of the copies: head_dim rounded up to a multiple of 8.
+// The head dim of the copies: head_dim rounded up to a multiple of 8 (16 with an e4m3 cache,
+// whose 16-byte chunks hold 16 elements).
 int kvcache_padded_dim(const core::KVCacheParams& params);
 
 // Bytes of the copies (q, k and v caches of batch x capacity rows, out), a multiple of 256.

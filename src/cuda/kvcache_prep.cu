@@ -2,9 +2,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "core/numeric.hpp"
 #include "core/sequence.hpp"
 #include "core/softmax_state.hpp"
 #include "cuda/check.hpp"
@@ -41,8 +44,23 @@ __device__ double rotated(const core::KVCacheParams& p, const T* x, int c, int p
   return c == first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
 
-// Block (b * seqlen_new + t, kv head): one appended row of K and of V.
-template <class T>
+// What a cache of element type C stores for an appended value: the value rounded to T, or
+// in an e4m3 cache value / descale rounded by the CPU backends' own functions (nearest even,
+// saturating at 448), so that every backend leaves the same bytes in the cache.
+template <class T, class C>
+__device__ __forceinline__ C cache_value(float value, float descale) {
+  if constexpr (std::is_same_v<C, __nv_fp8_e4m3>) {
+    C stored;
+    stored.__x = core::float_to_e4m3(core::appended_value(value, true, descale));
+    return stored;
+  } else {
+    return static_cast<T>(value);
+  }
+}
+
+// Block (b * seqlen_new + t, kv head): one appended row of K and of V, into a cache of
+// element type C (T, or __nv_fp8_e4m3).
+template <class T, class C>
 __global__ void append_kernel(const __grid_constant__ core::KVCacheParams p) {
   const int b = blockIdx.x / p.seqlen_new;
   const int t = blockIdx.x % p.seqlen_new;
@@ -52,14 +70,18 @@ __global__ void append_kernel(const __grid_constant__ core::KVCacheParams p) {
   const int64_t v_dst = cache_position_offset(p, p.v, b, position, hk);
   const T* k_src = static_cast<const T*>(p.k_new.ptr) + core::element_offset(p.k_new, b, t, hk);
   const T* v_src = static_cast<const T*>(p.v_new.ptr) + core::element_offset(p.v_new, b, t, hk);
-  T* k_cache = static_cast<T*>(p.k.ptr) + k_dst;
-  T* v_cache = static_cast<T*>(p.v.ptr) + v_dst;
+  C* k_cache = static_cast<C*>(p.k.ptr) + k_dst;
+  C* v_cache = static_cast<C*>(p.v.ptr) + v_dst;
+  const float k_descale = p.k_descale.at(b, hk), v_descale = p.v_descale.at(b, hk);
   // Every thread reads its pair before any thread writes: k_new may not alias the cache
   // (the API's inputs are distinct tensors), so one pass is enough.
   for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
-    k_cache[c] = static_cast<T>(static_cast<float>(rotated(p, k_src, c, position)));
+    k_cache[c] =
+        cache_value<T, C>(static_cast<float>(rotated(p, k_src, c, position)), k_descale);
   }
-  for (int c = threadIdx.x; c < p.head_dim_v; c += blockDim.x) v_cache[c] = v_src[c];
+  for (int c = threadIdx.x; c < p.head_dim_v; c += blockDim.x) {
+    v_cache[c] = cache_value<T, C>(static_cast<float>(v_src[c]), v_descale);
+  }
 }
 
 // Block (b * seqlen_q + i, head): query row i at its rotary position (FlashAttention-2: every
@@ -144,7 +166,12 @@ Status launch_append(const core::KVCacheParams& p, cudaStream_t stream) {
   if (p.k_new.ptr == nullptr || p.seqlen_new == 0 || p.batch == 0) return Status::Ok();
   return by_dtype(p, [&](auto zero) {
     using T = decltype(zero);
-    append_kernel<T><<<dim3(p.batch * p.seqlen_new, p.nheads_k), kThreads, 0, stream>>>(p);
+    const dim3 grid(p.batch * p.seqlen_new, p.nheads_k);
+    if (p.kv_e4m3) {
+      append_kernel<T, __nv_fp8_e4m3><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      append_kernel<T, T><<<grid, kThreads, 0, stream>>>(p);
+    }
     return cuda_status(cudaGetLastError(), "launching the KV-cache append kernel");
   });
 }

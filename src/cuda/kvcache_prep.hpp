@@ -1,5 +1,6 @@
 // The small kernels around the KV-cache attention kernel, all on the caller's stream:
-//   append: k_new (rotated when rotary is on) and v_new into the cache at cache_seqlens[b];
+//   append: k_new (rotated when rotary is on) and v_new into the cache at cache_seqlens[b]
+//     (an e4m3 cache: divided by the descale and quantized as the CPU backends do);
 //   stage_q: q (rotated when rotary is on) into an aligned [batch, seqlen_q, nheads, d] copy;
 //   used_keys: the keys per entry after the append, as the forward kernel's seqused_k;
 //   combine: the split-KV partials merged into out (+ lse) with core/softmax_state.hpp.

@@ -21,7 +21,17 @@ struct KvTile {
 // forward's padded copy is not an option).
 inline constexpr int kKvHeadDims[] = {64, 128, 256};
 
-constexpr int kv_kernel_head_dim(int head_dim) {
+// With an e4m3 cache: d <= 128 runs the 128 kernel (the zero-filled columns cost shared
+// memory and tensor work, not memory traffic), which keeps the instantiation files few.
+inline constexpr int kKvE4m3HeadDims[] = {128, 256};
+
+constexpr int kv_kernel_head_dim(int head_dim, bool e4m3_cache = false) {
+  if (e4m3_cache) {
+    for (int d : kKvE4m3HeadDims) {
+      if (head_dim <= d) return d;
+    }
+    return 0;
+  }
   for (int d : kKvHeadDims) {
     if (head_dim <= d) return d;
   }
@@ -30,8 +40,10 @@ constexpr int kv_kernel_head_dim(int head_dim) {
 
 // Decode: 16 packed rows (a GQA group of up to 16 heads at seqlen_q = 1) against 64 keys per
 // stage, 16 per warp. The ring is as deep as two blocks per SM allow (d = 128: 3 stages of
-// 32 KiB, 100 KiB per block).
-constexpr KvTile kv_decode_tile(int head_dim) {
+// 32 KiB, 100 KiB per block). An e4m3 cache (cache_bytes 1) has stages of half the bytes
+// plus one converted block: one more stage keeps as many bytes in flight per SM.
+constexpr KvTile kv_decode_tile(int head_dim, int cache_bytes = 2) {
+  if (cache_bytes == 1) return {16, 1, 4, 64, head_dim <= 128 ? 4 : 3};
   return {16, 1, 4, 64, head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2)};
 }
 
@@ -46,8 +58,12 @@ inline constexpr int kKvDecodeMaxRows = 32;
 // The int64 offsets of the K and V rows of two key blocks (kv_kernel.cuh: row offsets).
 constexpr int kv_row_offset_bytes(KvTile t) { return 2 * 2 * t.block_n * 8; }
 
-constexpr int kv_smem_bytes(int head_dim, KvTile t) {
-  return (t.block_m + 2 * t.stages * t.block_n) * head_dim * 2 + kv_row_offset_bytes(t);
+// Q, the K/V ring in the cache's element size and, for an e4m3 cache, the K and V blocks
+// converted to q's type (kv_convert.cuh).
+constexpr int kv_smem_bytes(int head_dim, KvTile t, int cache_bytes = 2) {
+  const int converted = cache_bytes == 2 ? 0 : 2 * t.block_n * head_dim * 2;
+  return t.block_m * head_dim * 2 + 2 * t.stages * t.block_n * head_dim * cache_bytes +
+         converted + kv_row_offset_bytes(t);
 }
 
 // The epilogue reuses the tile memory for the fp32 partial outputs of the key-warps and their
@@ -56,11 +72,11 @@ constexpr int kv_epilogue_bytes(int head_dim, KvTile t) {
   return t.warps_n * t.block_m * (head_dim + 3) * 4;  // rows of d + 1, max, sum
 }
 
-constexpr bool kv_tile_valid(int head_dim, KvTile t) {
+constexpr bool kv_tile_valid(int head_dim, KvTile t, int cache_bytes = 2) {
   return t.warps_m * t.warps_n == 4 && t.block_m % (16 * t.warps_m) == 0 &&
          t.block_n % (16 * t.warps_n) == 0 && head_dim % 64 == 0 && t.stages >= 2 &&
-         kv_epilogue_bytes(head_dim, t) <= kv_smem_bytes(head_dim, t) &&
-         kv_smem_bytes(head_dim, t) <= 227 * 1024;
+         kv_epilogue_bytes(head_dim, t) <= kv_smem_bytes(head_dim, t, cache_bytes) &&
+         kv_smem_bytes(head_dim, t, cache_bytes) <= 227 * 1024;
 }
 
 static_assert(kv_tile_valid(64, kv_decode_tile(64)) && kv_tile_valid(128, kv_decode_tile(128)) &&
@@ -69,5 +85,10 @@ static_assert(kv_tile_valid(64, kv_decode_tile(64)) && kv_tile_valid(128, kv_dec
                   kv_tile_valid(128, kv_prefill_tile(128)) &&
                   kv_tile_valid(256, kv_prefill_tile(256)),
               "a KV-cache tile is invalid");
+static_assert(kv_tile_valid(128, kv_decode_tile(128, 1), 1) &&
+                  kv_tile_valid(256, kv_decode_tile(256, 1), 1) &&
+                  kv_tile_valid(128, kv_prefill_tile(128), 1) &&
+                  kv_tile_valid(256, kv_prefill_tile(256), 1),
+              "a KV-cache tile of an e4m3 cache is invalid");
 
 }  // namespace flashattn::cuda

@@ -135,6 +135,37 @@ static void test_zero_scale_is_literal(void) {
   expect(worst < 1e-5, "softmax_scale = 0 averages v uniformly");
 }
 
+/* Dropout's (seed, offset) read through dropout_seed_offset give what the same values in
+ * options.dropout_seed / dropout_offset give; the fields are then ignored. */
+static void test_dropout_seed_offset(void) {
+  static float by_values[B][SQ][H][D];
+  const uint64_t pair[2] = {0x0123456789ABCDEFull, 12};
+  fa_forward_args args;
+  int same = 1, moved = 0;
+  make_args(&args, HK);
+  args.options.dropout_p = 0.3f;
+  args.options.dropout_seed = pair[0];
+  args.options.dropout_offset = pair[1];
+  expect(fa_forward(&args, NULL) == FA_OK, "dropout by values runs");
+  memcpy(by_values, out, sizeof out);
+  args.options.dropout_seed = 5;
+  args.options.dropout_offset = 16;
+  args.dropout_seed_offset = pair;
+  expect(fa_forward(&args, NULL) == FA_OK, "dropout through dropout_seed_offset runs");
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < SQ; ++i)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) same &= out[b][i][h][d] == by_values[b][i][h][d];
+  expect(same, "dropout_seed_offset gives the values' mask");
+  args.dropout_seed_offset = NULL;
+  expect(fa_forward(&args, NULL) == FA_OK, "dropout by the other values runs");
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < SQ; ++i)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) moved |= out[b][i][h][d] != by_values[b][i][h][d];
+  expect(moved, "other values give another mask");
+}
+
 /* A value outside an enum's list is rejected by name (and, under UBSan, is never loaded
  * through the enum type). */
 static void test_out_of_range_enums(void) {
@@ -226,6 +257,7 @@ int main(void) {
   test_zero_scale_is_literal();
   test_out_of_range_enums();
   test_fp8_forward();
+  test_dropout_seed_offset();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

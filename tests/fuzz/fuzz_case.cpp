@@ -26,6 +26,7 @@ std::vector<std::pair<const char*, int*>> fields(Case& c) {
           {"softcap", &c.softcap},
           {"alibi", &c.alibi},
           {"dropout", &c.dropout},
+          {"seed_in_memory", &c.seed_in_memory},
           {"scale", &c.scale},
           {"lse", &c.lse},
           {"capacity", &c.capacity},
@@ -90,7 +91,7 @@ Mutation random_mutation(std::mt19937_64& rng) {
       m.value = chance(rng, 0.5) ? 1 : edge_value(rng);
       break;
     case MutationKind::kOption:
-      m.dim = uniform(rng, 0, 9);
+      m.dim = uniform(rng, 0, 10);
       m.value = edge_value(rng);
       break;
     case MutationKind::kContent:
@@ -188,6 +189,7 @@ Case random_case(std::mt19937_64& rng) {
     c.varlen = chance(rng, 0.3);
     c.seqused = c.varlen && chance(rng, 0.3);
     c.dropout = chance(rng, 0.2) ? pick(rng, {10, 50}) : 0;
+    c.seed_in_memory = c.dropout > 0 && chance(rng, 0.4);
   } else {
     c.seqlen_q = pick(rng, {0, 1, 1, 2, 4, 9, 40});
     c.capacity = pick(rng, {0, 16, 32, 48, 100, 256});

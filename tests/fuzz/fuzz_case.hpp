@@ -64,6 +64,9 @@ struct Case {
   int softcap = 0;  // x 0.1
   int alibi = 0;
   int dropout = 0;  // percent
+  // 1: dropout's (seed, offset) through options.dropout_seed_offset (memory the fuzzer owns),
+  // with other values in the dropout_seed / dropout_offset fields.
+  int seed_in_memory = 0;
   int scale = -1;   // -1: unset; else x 0.01
   int lse = 1;
   // KV cache

@@ -91,6 +91,7 @@ Status call_c(const Instance& in, bool validate_only) {
       c.varlen = to_c(a.varlen);
       c.options = to_c(a.options);
       c.descale = {to_c(a.descale.q), to_c(a.descale.k), to_c(a.descale.v)};
+      c.dropout_seed_offset = a.options.dropout_seed_offset;
       return from_c(validate_only ? fa_supported_forward(&c, backend_field)
                                   : fa_forward(&c, &launch));
     }
@@ -110,6 +111,7 @@ Status call_c(const Instance& in, bool validate_only) {
       c.varlen = to_c(a.varlen);
       c.options = to_c(a.options);
       c.deterministic = a.deterministic;
+      c.dropout_seed_offset = a.options.dropout_seed_offset;
       return from_c(validate_only ? fa_supported_backward(&c, backend_field)
                                   : fa_backward(&c, &launch));
     }
@@ -195,6 +197,7 @@ bool names_an_argument(const std::string& message, Entry entry) {
                                                "options.window_right",
                                                "options.softcap",
                                                "options.dropout_p",
+                                               "options.dropout_seed_offset",
                                                "varlen.max_seqlen_q",
                                                "varlen.max_seqlen_k",
                                                "num_splits"};
@@ -377,12 +380,14 @@ std::string compare_with_reference(const Case& c, const Instance& tested) {
   Instance lowp = materialize(c, flashattn::Backend::kReference);
   if (c.c_abi) {
     // The C ABI reads a NaN softmax_scale as "unset" (flashattn.h); the reference is
-    // called through the C++ API, where unset is std::nullopt.
+    // called through the C++ API, where unset is std::nullopt. fa_kvcache_args has no
+    // dropout_seed_offset (a KV-cache call has no dropout), so the C call never passes one.
     for (Instance* in : {&exact, &lowp}) {
       flashattn::AttentionOptions& o = in->entry == Entry::kForward    ? in->forward.options
                                        : in->entry == Entry::kBackward ? in->backward.options
                                                                        : in->kvcache.options;
       if (o.softmax_scale && std::isnan(*o.softmax_scale)) o.softmax_scale.reset();
+      if (in->entry == Entry::kKVCache) o.dropout_seed_offset = nullptr;
     }
   }
   const Status exact_status = call_reference(&exact, flashattn::cpu::ReferencePrecision::kExact);

@@ -205,6 +205,13 @@ void set_options(const Case& c, const Layout& l, Instance* in) {
   o.dropout_p = 0.01f * static_cast<float>(c.dropout);
   o.dropout_seed = c.seed;
   o.dropout_offset = c.seed / 3;
+  if (c.seed_in_memory) {
+    in->seed_offset = std::make_shared<std::array<uint64_t, 2>>(
+        std::array<uint64_t, 2>{c.seed, c.seed / 3});
+    o.dropout_seed_offset = in->seed_offset->data();
+    o.dropout_seed = ~o.dropout_seed;  // the fields must be ignored
+    o.dropout_offset += 4;
+  }
   if (c.scale >= 0) o.softmax_scale = 0.01f * static_cast<float>(c.scale);
   if (c.alibi) *in->slot(kAlibi) = describe(DType::kF32, {l.nheads}, 0);
   if (flashattn::VarlenLayout* v = varlen_of(in); v != nullptr && c.varlen) {
@@ -253,6 +260,13 @@ void mutate_option(const Mutation& m, Instance* in) {
       break;
     case 9:
       in->launch.backend = static_cast<flashattn::Backend>(as_int);
+      break;
+    case 10:
+      if (in->seed_offset == nullptr) {
+        in->seed_offset = std::make_shared<std::array<uint64_t, 2>>(
+            std::array<uint64_t, 2>{o.dropout_seed, o.dropout_offset});
+      }
+      o.dropout_seed_offset = (m.value & 1) != 0 ? in->seed_offset->data() : nullptr;
       break;
   }
 }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -35,6 +36,9 @@ struct Instance {
   // An index tensor (whose contents validation reads) too large to allocate: the case is
   // not run at all, since its reads would be the fuzzer's own bug.
   bool index_unbacked = false;
+  // Dropout's (seed, offset) for options.dropout_seed_offset, on the heap so that the address
+  // survives copies and moves of the Instance.
+  std::shared_ptr<std::array<uint64_t, 2>> seed_offset;
 
   flashattn::Tensor* slot(Slot s);  // the slot's Tensor in the entry's arguments
   const flashattn::Tensor* slot(Slot s) const;

@@ -139,19 +139,28 @@ def test_torch_e4m3_forward_and_the_op(rng):
     assert torch.equal(op_out, out)
 
 
+_CUDA = torch.cuda.is_available() and flashattn.cuda_available()
+
+
+# On the CPU backend, and on CUDA (the KV-cache kernel reads e4m3 caches; checked against the
+# reference computed here from the cache it updated).
 @needs_float8
-def test_torch_e4m3_cache(rng):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not _CUDA, reason="no CUDA device or a build without CUDA"))])
+def test_torch_e4m3_cache(rng, device):
     capacity = 40
-    k_cache = (torch.randn(B, capacity, HK, D) * 2).to(FLOAT8)
-    v_cache = (torch.randn(B, capacity, HK, D) * 2).to(FLOAT8)
-    kd, vd = torch.rand(B, HK) + 0.5, torch.rand(B, HK) + 0.5
-    q = torch.randn(B, 2, H, D, dtype=torch.bfloat16)
-    k_new = torch.randn(B, 2, HK, D, dtype=torch.bfloat16)
-    v_new = torch.randn(B, 2, HK, D, dtype=torch.bfloat16)
-    seqlens = torch.tensor([7, 20], dtype=torch.int32)
+    k_cache = (torch.randn(B, capacity, HK, D) * 2).to(FLOAT8).to(device)
+    v_cache = (torch.randn(B, capacity, HK, D) * 2).to(FLOAT8).to(device)
+    kd, vd = (torch.rand(B, HK) + 0.5).to(device), (torch.rand(B, HK) + 0.5).to(device)
+    q = torch.randn(B, 2, H, D, dtype=torch.bfloat16).to(device)
+    k_new = torch.randn(B, 2, HK, D, dtype=torch.bfloat16).to(device)
+    v_new = torch.randn(B, 2, HK, D, dtype=torch.bfloat16).to(device)
+    seqlens = torch.tensor([7, 20], dtype=torch.int32).to(device)
     out = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
                                             cache_seqlens=seqlens, causal=True, k_descale=kd,
                                             v_descale=vd)
+    out, q, k_new, k_cache, v_cache, kd, vd, seqlens = (
+        x.cpu() for x in (out, q, k_new, k_cache, v_cache, kd, vd, seqlens))
     for b in range(B):
         rows = slice(int(seqlens[b]), int(seqlens[b]) + 2)
         quantized = (k_new[b].float() / kd[b][None, :, None]).to(FLOAT8)

@@ -97,6 +97,49 @@ def test_cuda_graph_capture_and_replay():
         assert torch.equal(out, flashattn.flash_attn_func(q, k, v, causal=True))
 
 
+def test_cuda_graph_with_dropout_replays_fresh_masks():
+    """A captured training step with dropout (forward + backward): each replay drops fresh
+    elements, and the ones an eager step drops from the same generator state."""
+    torch.manual_seed(5)
+    q, k, v = _inputs(torch.bfloat16, requires_grad=True)
+    dout = torch.randn_like(q)
+
+    def step():
+        out = flashattn.flash_attn_func(q, k, v, dropout_p=0.3, causal=True)
+        return (out,) + torch.autograd.grad(out, (q, k, v), dout)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside the capture, on a side stream as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    replays = []
+    for seed in (11, 12, 11):
+        torch.cuda.manual_seed(seed)
+        graph.replay()
+        torch.cuda.synchronize()
+        replays.append(tuple(t.clone() for t in captured))
+        torch.cuda.manual_seed(seed)
+        eager = step()
+        for got, want in zip(replays[-1], eager):
+            assert torch.equal(got, want), "a replay drops what eager drops from one state"
+    assert not torch.equal(replays[0][0], replays[1][0]), "another state, another mask"
+    assert all(torch.equal(a, b) for a, b in zip(replays[0], replays[2]))
+
+
+def test_dropout_state_stays_on_the_device():
+    torch.manual_seed(6)
+    q, k, v = _inputs(torch.float16)
+    out, lse, rng_state = torch.ops.flashattn.forward(q, k, v, None, None, None, 0, 0, 0.2,
+                                                      0.125, False, -1, -1, 0.0, None, False)
+    assert rng_state.device == q.device and rng_state.dtype == torch.int64
+    assert rng_state.shape == (2,)
+
+
 def test_torch_compile_fullgraph():
     torch.manual_seed(4)
     q, k, v = _inputs(torch.bfloat16)

@@ -105,6 +105,19 @@ def test_numpy_and_torch_agree():
     np.testing.assert_array_equal(from_torch, from_numpy)
 
 
+def test_dropout_state_is_drawn_on_the_device_of_q():
+    """(seed, offset) come from torch's generator of q's device into an int64 [2] tensor there,
+    which the library reads when the call runs (so a CUDA graph replays with fresh ones)."""
+    q, k, v = _inputs(seqlen_q=9, seqlen_k=13)
+    torch.manual_seed(12)
+    _, _, rng_state = torch.ops.flashattn.forward(q, k, v, None, None, None, 0, 0, 0.25, 0.5,
+                                                  False, -1, -1, 0.0, None, False)
+    assert rng_state.shape == (2,) and rng_state.dtype == torch.int64
+    assert rng_state.device == q.device
+    torch.manual_seed(12)
+    assert torch.equal(rng_state, torch.empty(2, dtype=torch.int64).random_())
+
+
 def test_dropout_is_seeded_by_torch_and_backward_uses_the_same_mask():
     q, k, v = _inputs(seqlen_q=9, seqlen_k=13)
     torch.manual_seed(7)

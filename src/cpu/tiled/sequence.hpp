@@ -145,8 +145,9 @@ inline ScoreRule score_rule(const core::AttentionParams& params, int b, int h, i
     rule.alibi_slope = params.alibi_slopes[b * params.alibi_batch_stride + h];
   }
   rule.dropout = params.has_dropout();
-  rule.seed = params.seed;
-  rule.offset = params.offset;
+  const core::DropoutKey key = core::dropout_key(params);
+  rule.seed = key.seed;
+  rule.offset = key.offset;
   rule.bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(params.nheads) +
             static_cast<uint32_t>(h);
   rule.drop_threshold = params.drop_threshold;

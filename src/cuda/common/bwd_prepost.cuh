@@ -5,6 +5,8 @@
 //     fp32 dQ accumulator zeroed, every slice (the main kernel adds into it).
 //   bwd_convert_dq: dq = scale * accumulator (its slices added in order), rounded to the
 //     output type.
+//   bwd_combine_dkv: with GQA split among blocks (BwdWorkspace::kv_splits), dk and dv = the
+//     splits' fp32 partials added in split order, rounded to the output type.
 // Rows are the packed query rows (b * seqlen_q + i when dense, cu_seqlens_q-relative when
 // varlen); `RowMap` turns one into an operand offset.
 #pragma once
@@ -151,6 +153,27 @@ __global__ void bwd_convert_dq(const __grid_constant__ core::BackwardParams p, R
       const float sum = w.dq_slice_bits != 0 ? accum[e] + accum[slice_floats + e] : accum[e];
       *dq = static_cast<T>(sum * p.scale);
     }
+  }
+}
+
+// One thread per element of dk and of dv; `rows` maps the kv rows (RowMap over seqlen_k).
+template <class T>
+__global__ void bwd_combine_dkv(const __grid_constant__ core::BackwardParams p, RowMap rows,
+                                const BwdWorkspace w) {
+  const int64_t total = w.kv_stride;  // kv rows x nheads_k x head_dim
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(e % p.head_dim);
+    const int64_t pair = e / p.head_dim;
+    const int hk = static_cast<int>(pair % p.nheads_k);
+    const int64_t r = pair / p.nheads_k;
+    float dk = 0.f, dv = 0.f;
+    for (int s = 0; s < w.kv_splits; ++s) {
+      dk += w.dk_partial[s * total + e];
+      dv += w.dv_partial[s * total + e];
+    }
+    static_cast<T*>(p.dk.ptr)[rows.offset(p.dk, r, hk) + c] = static_cast<T>(dk);
+    static_cast<T*>(p.dv.ptr)[rows.offset(p.dv, r, hk) + c] = static_cast<T>(dv);
   }
 }
 

@@ -36,8 +36,11 @@ struct DropoutHead {
   float rescale;  // 1 / (1 - p)
 
   __device__ __forceinline__ DropoutHead(const core::AttentionParams& p, int b, int h)
-      : seed(p.seed),
-        offset(p.offset),
+      : DropoutHead(p, core::dropout_key(p), b, h) {}
+  __device__ __forceinline__ DropoutHead(const core::AttentionParams& p, core::DropoutKey key,
+                                         int b, int h)
+      : seed(key.seed),
+        offset(key.offset),
         bh(static_cast<uint32_t>(b) * static_cast<uint32_t>(p.nheads) + static_cast<uint32_t>(h)),
         threshold(p.drop_threshold),
         rescale(p.dropout_rescale) {}

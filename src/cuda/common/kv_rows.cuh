@@ -78,8 +78,10 @@ namespace block {
 
 // Rows [0, Rows) of an SmemTile<Rows, D>: row r (the i-th this thread copies) comes from
 // `base + offset` as offsets(i, r, valid, offset) sets it when r < rows_valid, else
-// zeros; columns at or past `chunks_valid` * 8 are zeros. `Sources` tiles with the same rows
-// are filled at once (K and V share their row addressing).
+// zeros; 16-byte chunks at or past `chunks_valid` are zeros. `Sources` tiles with the same
+// rows are filled at once (K and V share their row addressing). D counts the tile's 16-bit
+// units: a row of 1-byte elements (an e4m3 cache, kv_convert.cuh) is a tile row of half as
+// many units, and offsets are in elements of T either way.
 template <int Rows, int D, int Threads, int Sources, class T, class RowOffsets>
 __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sources],
                                                 const T* const (&base)[Sources],
@@ -93,6 +95,8 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
   const int row = walk.row;
   const int chunk = walk.chunk;
   const uint32_t dst = walk.dst_bytes;
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "16-bit or 8-bit elements");
+  constexpr int kPerUnit = 2 / sizeof(T);  // elements of T per 16-bit unit of the tile
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const int r = row + i * kRowsPerPass;
@@ -104,7 +108,8 @@ __device__ __forceinline__ void copy_rows_async(const uint32_t (&smem_base)[Sour
       const bool valid = row_valid && panel * kChunks + chunk < chunks_valid;
 #pragma unroll
       for (int s = 0; s < Sources; ++s) {
-        const T* from = valid ? base[s] + offset[s] + panel * kPanel + chunk * 8 : base[s];
+        const T* from =
+            valid ? base[s] + offset[s] + (panel * kPanel + chunk * 8) * kPerUnit : base[s];
         prim::thread::cp_async_16(smem_base[s] + dst + Walk::step_bytes(panel, i), from, valid);
       }
     }

@@ -44,24 +44,25 @@ inline ScoreScales score_scales(const core::AttentionParams& p) {
   return sc;
 }
 
-// The conversions of a tile whose scores come from e4m3 q and k: the dot product of the
-// dequantized inputs is q8.k8 * qk_descale (q_descale * k_descale of the tile's batch entry and
-// KV head), so the factor folds into the conversion that multiplies the dot product: the
-// softcap's pre-scale, or else the units. A factor that leaves no usable conversion (a zero
-// descale, or the FLT_MIN unit of scale = 0 made smaller) means every visible score is 0:
-// uniform weights, as score_scales gives for scale = 0. Descales are taken to be positive, as
+// The conversions for keys read as stored, k / descale (an e4m3 cache): the descale joins
+// the scale (softcap's pre-scale when softcap is on), so the raw score of the stored keys is
+// used as is. A product of 0 (a zero descale) makes every visible score 0, which is
+// score_scales' case of scale 0. The FP8 forward passes q_descale * k_descale of a tile's
+// (batch entry, KV head): its raw scores are q8.k8. Descales are taken to be positive, as
 // FlashAttention-3 takes them.
-__host__ __device__ inline ScoreScales descaled(ScoreScales sc, float qk_descale) {
-  constexpr float kLog2e = 1.4426950408889634f;
+__host__ __device__ __forceinline__ ScoreScales with_key_descale(ScoreScales sc, float descale) {
   if (sc.softcap_pre != 0.f) {
-    sc.softcap_pre *= qk_descale;
-    if (sc.softcap_pre > 0.f) return sc;
-  } else {
-    sc.unit *= qk_descale;
-    sc.log2_unit *= qk_descale;
-    if (sc.unit >= FLT_MIN) return sc;
+    sc.softcap_pre *= descale;
+    if (sc.softcap_pre != 0.f) return sc;
+  } else if (sc.unit * descale != 0.f) {
+    sc.unit *= descale;
+    sc.log2_unit *= descale;
+    return sc;
   }
-  return {FLT_MIN, FLT_MIN * kLog2e, 0.f};
+  sc.unit = FLT_MIN;
+  sc.log2_unit = FLT_MIN * 1.4426950408889634f;
+  sc.softcap_pre = 0.f;
+  return sc;
 }
 
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).

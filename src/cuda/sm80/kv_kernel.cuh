@@ -15,6 +15,13 @@
 // visibility mask on blocks that need it), online softmax, O += P V (fwd_gemm.cuh).
 // On sm_90 every block allows the dependent launch (the split-KV combine) at its start.
 //
+// An e4m3 cache (C = __nv_fp8_e4m3): the ring holds the cache's bytes and each block is
+// converted to T on chip before the products (kv_convert.cuh). With the decode tile a warp
+// reads only its own keys of K and V, so it converts those rows itself, fenced by __syncwarp;
+// the prefill tile's warps read every key, so the block converts and then meets at a barrier.
+// k's descale joins the score scale and v's the output's normalization: one factor per block,
+// whose (batch entry, KV head) has one of each.
+//
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
 // (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes
 // and writes out (+ lse), or with split-KV the fp32 partial output and lse of its split for
@@ -33,8 +40,9 @@
 #include "cuda/prim/mma.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
 #include "cuda/common/block_mask.cuh"
-#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/kv_convert.cuh"
 #include "cuda/common/kv_rows.cuh"
+#include "cuda/common/online_softmax.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/common/smem_tile.cuh"
 
@@ -49,10 +57,11 @@ struct KvRun {
   float* partial_lse;
 };
 
-template <int D, class TileT>
+// CacheBytes: 2 for a cache of q's type, 1 for an e4m3 cache.
+template <int D, class TileT, int CacheBytes = 2>
 struct KvShape {
   static constexpr KvTile kTile = TileT::value;
-  static_assert(kv_tile_valid(D, kTile), "invalid KV-cache tile");
+  static_assert(kv_tile_valid(D, kTile, CacheBytes), "invalid KV-cache tile");
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarpsM = kTile.warps_m;
@@ -64,18 +73,26 @@ struct KvShape {
   static constexpr int kMT = kWarpRows / 16;
   static constexpr int kNT = kWarpKeys / 8;
   static constexpr int kDT = D / 8;
+  static constexpr bool kE4m3 = CacheBytes == 1;
   using QTile = SmemTile<kBlockM, D>;
-  using KVTile = SmemTile<kBlockN, D>;
-  static constexpr int kTileBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+  using KVTile = SmemTile<kBlockN, D>;  // what the products read
+  // A ring slot: the K or V block as copied, 16-bit units of D * CacheBytes bytes per row.
+  using RingTile = SmemTile<kBlockN, D * CacheBytes / 2>;
+  // Shared memory: Q, the K ring, the V ring, [the converted K and V,] the row offsets.
+  static constexpr int kRingOffset = QTile::kBytes;
+  static constexpr int kConvertedOffset = kRingOffset + 2 * kStages * RingTile::kBytes;
+  static constexpr int kTileBytes = kConvertedOffset + (kE4m3 ? 2 * KVTile::kBytes : 0);
   static constexpr int kSmemBytes = kTileBytes + kv_row_offset_bytes(kTile);
-  static_assert(kSmemBytes == kv_smem_bytes(D, kTile), "smem size disagrees with the table");
+  static_assert(kSmemBytes == kv_smem_bytes(D, kTile, CacheBytes),
+                "smem size disagrees with the table");
   static_assert(kBlockN <= kThreads, "one thread per key row computes the row offsets");
 };
 
-template <class T, int D, class TileT>
-__global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
+// C: the cache's element type, T or __nv_fp8_e4m3.
+template <class T, int D, class TileT, class C>
+__global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
     kv_kernel(const __grid_constant__ core::KVCacheParams p, const KvRun run) {
-  using S = KvShape<D, TileT>;
+  using S = KvShape<D, TileT, sizeof(C)>;
   using QTile = typename S::QTile;
   using KVTile = typename S::KVTile;
   constexpr int kMT = S::kMT, kNT = S::kNT, kDT = S::kDT, kBlockN = S::kBlockN,
@@ -106,10 +123,16 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   const int n_end = min(n_begin + per_split, kb.end);
 
   const uint32_t q_smem = prim::smem_addr(smem);
-  const uint32_t kv_smem = q_smem + QTile::kBytes;
-  auto k_buffer = [&](int i) { return kv_smem + i * KVTile::kBytes; };
-  auto v_buffer = [&](int i) { return kv_smem + (S::kStages + i) * KVTile::kBytes; };
-  const int chunks_valid = p.head_dim / 8;
+  const uint32_t ring_smem = q_smem + S::kRingOffset;
+  using RingTile = typename S::RingTile;
+  auto k_ring = [&](int i) { return ring_smem + i * RingTile::kBytes; };
+  auto v_ring = [&](int i) { return ring_smem + (S::kStages + i) * RingTile::kBytes; };
+  // The tiles the products read: the ring slot itself, or the one converted block.
+  const uint32_t converted_smem = q_smem + S::kConvertedOffset;
+  auto k_buffer = [&](int i) { return S::kE4m3 ? converted_smem : k_ring(i); };
+  auto v_buffer = [&](int i) { return S::kE4m3 ? converted_smem + KVTile::kBytes : v_ring(i); };
+  const int chunks_valid = p.head_dim / 8;                  // of q's rows
+  const int cache_chunks_valid = p.head_dim * sizeof(C) / 16;  // of the cache's rows
 
   // Row offsets: the element offset of each K and V row of a key block (paged: through
   // block_table) is computed once, by thread r for row r, and kept in shared memory for the 8
@@ -133,18 +156,18 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
           paged ? rows.paged_offset(p, p.v, key, page) : rows.key_offset(p.v, key);
     }
   };
-  const T* const kv_base[2] = {static_cast<const T*>(p.k.ptr), static_cast<const T*>(p.v.ptr)};
+  const C* const kv_base[2] = {static_cast<const C*>(p.k.ptr), static_cast<const C*>(p.v.ptr)};
   auto load_kv = [&](int n, int buffer) {
     const int key0 = n * kBlockN;
-    const uint32_t dst[2] = {k_buffer(buffer), v_buffer(buffer)};
+    const uint32_t dst[2] = {k_ring(buffer), v_ring(buffer)};
     const int64_t* slot = row_offsets + (n & 1) * 2 * kBlockN;
-    block::copy_rows_async<kBlockN, D, S::kThreads, 2>(
+    block::copy_rows_async<kBlockN, D * sizeof(C) / 2, S::kThreads, 2>(
         dst, kv_base,
         [&](int, int r, bool valid, int64_t(&offset)[2]) {
           offset[0] = valid ? slot[r] : 0;
           offset[1] = valid ? slot[kBlockN + r] : 0;
         },
-        rows.seqlen_k - key0, chunks_valid, tid);
+        rows.seqlen_k - key0, cache_chunks_valid, tid);
   };
 
   const int warp_m = warp / S::kWarpsN;
@@ -154,6 +177,26 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   const warp::LaneOffsets<QTile, KVTile> lanes(lane);
   const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
   const uint32_t kv_warp_offset = KVTile::fixed_offset(warp_key0, 0) * 2;
+
+  // An e4m3 cache: ring slot `buffer` into the converted K and V (see the top of the file).
+  auto convert_kv = [&](int buffer) {
+    using Block = E4m3Block<T, kBlockN, D>;
+    const uint32_t k_converted = k_buffer(0), v_converted = v_buffer(0);
+    if constexpr (S::kWarpsM == 1) {
+      __syncwarp();  // this warp's reads of the previous block are done
+      Block::template convert<S::kWarpKeys, 32>(k_ring(buffer), k_converted, warp_key0, lane);
+      Block::template convert<S::kWarpKeys, 32>(v_ring(buffer), v_converted, warp_key0, lane);
+      __syncwarp();
+    } else {
+      Block::template convert<kBlockN, S::kThreads>(k_ring(buffer), k_converted, 0, tid);
+      Block::template convert<kBlockN, S::kThreads>(v_ring(buffer), v_converted, 0, tid);
+      __syncthreads();
+    }
+  };
+  // The score conversions and the output factor of this block's (batch entry, KV head).
+  const ScoreScales sc =
+      S::kE4m3 ? with_key_descale(run.sc, p.k_descale.at(rows.b, rows.hk)) : run.sc;
+  const float out_factor = S::kE4m3 ? p.v_descale.at(rows.b, rows.hk) : 1.f;
 
   // The fragment rows of this thread (half 0 and 1 of each row tile): packed rows, each its
   // own head. Their query and ALiBi slope are derived where a masked block or ALiBi needs
@@ -165,7 +208,7 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
   auto row_query = [&](int m, int half) { return rows.query(fragment_row(m, half)); };
   auto row_slope = [&](int m, int half) {
     return p.alibi_slopes[rows.b * p.alibi_batch_stride + rows.head(fragment_row(m, half))] /
-           run.sc.unit;
+           sc.unit;
   };
 
   float o[kMT][kDT][4];
@@ -179,10 +222,10 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
                                                    k_buffer(buffer) + kv_warp_offset, lanes);
     transform_scores(
-        masked, s, run.sc, p.alibi_slopes != nullptr, mask,
+        masked, s, sc, p.alibi_slopes != nullptr, mask,
         n * kBlockN + warp_key0 + 2 * (lane % 4),
         row_query, row_slope);
-    softmax.update(s, o, run.sc.log2_unit);
+    softmax.update(s, o, sc.log2_unit);
     warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
                                                      lanes);
   };
@@ -224,6 +267,7 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
     const bool next = ahead + 1 < blocks;
     const int next_page = next ? row_page(n_begin + ahead + 1) : 0;
     const int n = n_begin + it;
+    if constexpr (S::kE4m3) convert_kv(it % S::kStages);
     if (n >= kb.unmasked_end || n < kb.unmasked_begin) {
       step(masked, n, it % S::kStages);
     } else {
@@ -276,13 +320,13 @@ __global__ void __launch_bounds__(KvShape<D, TileT>::kThreads)
       const float part_max = max_smem[w * kBlockM + tid];
       weights[w] = part_max == -CUDART_INF_F
                        ? 0.f
-                       : prim::thread::exp2_approx((part_max - row_max) * run.sc.log2_unit);
+                       : prim::thread::exp2_approx((part_max - row_max) * sc.log2_unit);
       total += weights[w] * sum_smem[w * kBlockM + tid];
     }
-    const float inverse = total > 0.f ? 1.f / total : 0.f;
+    const float inverse = total > 0.f ? out_factor / total : 0.f;
 #pragma unroll
     for (int w = 0; w < S::kWarpsN; ++w) max_smem[w * kBlockM + tid] = weights[w] * inverse;
-    sum_smem[tid] = total > 0.f ? row_max * run.sc.unit + logf(total) : -CUDART_INF_F;
+    sum_smem[tid] = total > 0.f ? row_max * sc.unit + logf(total) : -CUDART_INF_F;
   }
   __syncthreads();
 

@@ -12,19 +12,19 @@
 
 namespace flashattn::cuda::sm80 {
 
-template <int D>
+template <int D, int CacheBytes>
 struct KvDecodeTile {
-  static constexpr KvTile value = kv_decode_tile(D);
+  static constexpr KvTile value = kv_decode_tile(D, CacheBytes);
 };
 template <int D>
 struct KvPrefillTile {
   static constexpr KvTile value = kv_prefill_tile(D);
 };
 
-template <class T, int D, class TileT>
+template <class T, int D, class C, class TileT>
 Status launch_kvcache(const core::KVCacheParams& p, const KvLaunch& launch, cudaStream_t stream) {
-  using S = KvShape<D, TileT>;
-  auto kernel = &kv_kernel<T, D, TileT>;
+  using S = KvShape<D, TileT, sizeof(C)>;
+  auto kernel = &kv_kernel<T, D, TileT, C>;
   if (S::kSmemBytes > 48 * 1024) {
     FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
@@ -37,17 +37,19 @@ Status launch_kvcache(const core::KVCacheParams& p, const KvLaunch& launch, cuda
   return cuda_status(cudaGetLastError(), "launching the sm80 KV-cache kernel");
 }
 
-template <class T, int D>
+template <class T, int D, class C>
 Status run_kvcache(const core::KVCacheParams& params, const KvLaunch& launch,
                    cudaStream_t stream) {
-  if (launch.decode) return launch_kvcache<T, D, KvDecodeTile<D>>(params, launch, stream);
-  return launch_kvcache<T, D, KvPrefillTile<D>>(params, launch, stream);
+  if (launch.decode) {
+    return launch_kvcache<T, D, C, KvDecodeTile<D, sizeof(C)>>(params, launch, stream);
+  }
+  return launch_kvcache<T, D, C, KvPrefillTile<D>>(params, launch, stream);
 }
 
-template <class T, int D>
+template <class T, int D, class C>
 int kvcache_smem_bytes(bool decode) {
-  return decode ? KvShape<D, KvDecodeTile<D>>::kSmemBytes
-                : KvShape<D, KvPrefillTile<D>>::kSmemBytes;
+  return decode ? KvShape<D, KvDecodeTile<D, sizeof(C)>, sizeof(C)>::kSmemBytes
+                : KvShape<D, KvPrefillTile<D>, sizeof(C)>::kSmemBytes;
 }
 
 }  // namespace flashattn::cuda::sm80

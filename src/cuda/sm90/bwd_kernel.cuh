@@ -178,7 +178,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     }
   }
   const int n = block.n;
-  const int hk = block.hk;
+  // GQA split among blocks (BwdWorkspace::kv_splits): the grid's y index is (KV head, split).
+  const int hk = block.hk / w.kv_splits;
+  const int kv_split = block.hk % w.kv_splits;
   const int b = block.b;
 
   BwdSequence<T, kBlockM, kBlockN> seq(p, b, n,  // bwd_sequence.cuh
@@ -190,6 +192,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int m_blocks = seq.m_blocks;
   const int n0 = n * kBlockN;
   const int group = p.nheads / p.nheads_k;
+  // This block's query heads of the group: all of them, or those of its split.
+  const int g_begin = kv_split * group / w.kv_splits;
+  const int g_end = (kv_split + 1) * group / w.kv_splits;
 
   // Tiles on 1024-byte boundaries (the swizzle atom), in the order of kSmemBytes.
   const uint32_t raw_addr = prim::smem_addr(smem_raw);
@@ -520,14 +525,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     unreleased = turn_counter;
   };
 
-  // The mainloop's order: the visited query blocks of query head 0 of the group, then of
-  // head 1, ... (the MMA warpgroups and the writer walk it alike).
+  // The mainloop's order: the visited query blocks of the block's first query head of the
+  // group (g_begin), then of the next, ... (the MMA warpgroups and the writer walk it alike).
   const int m_first = seq.first_query_block();
   auto advance = [&](int& g, int& m) {
     m = seq.next_query_block(m);
     if (m >= m_blocks) {
       ++g;
-      m = g < group ? m_first : m_blocks;
+      m = g < g_end ? m_first : m_blocks;
     }
   };
 
@@ -542,7 +547,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
       const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
       const int half_tid =
           S::kWriterHalves == 2 ? writer_tid % S::kWriterHalfThreads : writer_tid;
-      int g = 0, m = m_first;
+      int g = g_begin, m = m_first;
       if (S::kWriterHalves == 2 && writer_half == 1) advance(g, m);  // from the second step
       for (int iteration = writer_half; m < m_blocks; iteration += S::kWriterHalves) {
         const int buffer = iteration % 2;
@@ -587,14 +592,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 
   seq.template copy_kv_async<D, S::kMmaThreads>(p, hk, k_smem, v_smem, tid);
   if (m_first < m_blocks) {
-    load_q_do(0, m_first, 0);
-    if (tid < 2 * kBlockM) stats[tid] = load_stats(0, m_first);
+    load_q_do(g_begin, m_first, 0);
+    if (tid < 2 * kBlockM) stats[tid] = load_stats(g_begin, m_first);
   }
   prim::thread::cp_async_commit();
 
   constexpr std::true_type masked{};
   constexpr std::false_type unmasked{};
-  int g = 0, m = m_first, iteration = 0;
+  int g = g_begin, m = m_first, iteration = 0;
   while (m < m_blocks) {
     int next_g = g, next_m = m;
     advance(next_g, next_m);
@@ -624,6 +629,32 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   }
   prim::thread::cp_async_wait<0>();
   if constexpr (!S::kDqWriter) release_turn();
+
+  if (w.kv_splits > 1) {
+    // This split's share of dK (scaled) and dV, fp32 from the fragments (bwd_combine_dkv adds
+    // the splits): every row of the key block up to key_rows, zeros where no query attends.
+    const int rows = min(kBlockN, key_rows - n0);
+    const int64_t row_floats = static_cast<int64_t>(p.nheads_k) * D;
+    const int64_t at = kv_split * w.kv_stride +
+                       ((seq.varlen ? k_start : static_cast<int64_t>(b) * p.seqlen_k) + n0) *
+                           row_floats +
+                       hk * D;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = key0 + frag_row + 8 * half;
+      if (row < rows) {
+#pragma unroll
+        for (int j = 0; j < S::kKvCols / 8; ++j) {
+          const int64_t e = at + row * row_floats + kv_col0 + 8 * j + frag_col;
+          const int i = 4 * j + 2 * half;
+          *reinterpret_cast<float2*>(w.dk_partial + e) =
+              make_float2(dk[i] * p.scale, dk[i + 1] * p.scale);
+          *reinterpret_cast<float2*>(w.dv_partial + e) = make_float2(dv[i], dv[i + 1]);
+        }
+      }
+    }
+    return;
+  }
 
   // Epilogue: dK (scaled) and dV staged in shared memory (Q and dO are done), then written in
   // 16-byte row chunks where the outputs allow, else element by element; zero for keys nobody

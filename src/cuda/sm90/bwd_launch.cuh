@@ -17,7 +17,8 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   auto kernel = &bwd_kernel<T, D, kDropout, kDeterministic>;
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k, p.batch);
+  const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k * w.kv_splits,
+                  p.batch);
   const ScoreScales scores = score_scales(p);
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, scores, w);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");

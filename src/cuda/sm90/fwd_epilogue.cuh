@@ -1,13 +1,13 @@
 // The Hopper forward's epilogue: one MMA warpgroup's 64 rows of O, normalized, out of the
 // registers and into the caller's output, and their lse.
 //
-// O goes through shared memory (FwdStorage::o) so that the global stores are whole 16-byte
-// chunks of consecutive columns, row after row, whatever the output's strides; rows past the
-// sequence are not written. With packed GQA each row goes to its own query and head. Each
-// warpgroup stages its own rows, so where O has a buffer of its own the warpgroups do not wait
-// for each other; where it is staged in the V (or, FP8, the K) ring, they first wait until
-// every one is done with the tile's last products, and the ring goes back to the producer
-// (o_empty) once each has read its rows out.
+// Where shared memory has room for it (FwdStorage::kStagesO), O goes through shared memory so
+// that the global stores are whole 16-byte chunks of consecutive columns, row after row,
+// whatever the output's strides; each warpgroup stages its own rows, so the warpgroups do not
+// wait for each other. Otherwise each thread stores its pairs of columns straight from
+// registers: the four threads of a quad write 16 consecutive bytes of a row, and the quads'
+// stores of one row meet in L2 before they reach memory. Rows past the sequence are not
+// written. With packed GQA each row goes to its own query and head.
 //
 // FP8: O is multiplied by v_descale of the tile's (batch entry, KV head), and the lse loses the
 // 2^kPLog2Offset the mainloop put on the weights.
@@ -36,7 +36,6 @@ struct FwdEpilogue {
   static constexpr int kChunksPerRow = kHeadDimV / 8;  // 16-byte chunks of an output row
   using OTile = typename Shape::OTile;
   using Storage = FwdStorage<Shape>;
-  static constexpr bool kOStaged = Storage::kOStagedInV || Storage::kOStagedInK;
 
   const FwdSm90Params& params;
   Storage& smem;
@@ -95,13 +94,19 @@ struct FwdEpilogue {
       for (int i = 0; i < R; ++i) o[i] *= v_descale;
     }
 
-    if constexpr (kOStaged) {
-      // Every MMA warpgroup is done with the tile's last products before O overwrites the ring.
-      prim::named_sync(kFwdMmaBarrier, Shape::kMmaThreads);
+    if constexpr (Storage::kStagesO) {
+      store_staged(w, o);
     } else {
-      // Every thread of the warpgroup has read its rows of the previous tile's O.
-      prim::named_sync(kFwdWarpgroupBarrier + warpgroup, 128);
+      store_from_registers(w, o);
     }
+    store_lse(w, lse);
+  }
+
+  // O (normalized) through this warpgroup's rows of the staging tile.
+  template <int R>
+  __device__ __forceinline__ void store_staged(const FwdTileWork& w, const float (&o)[R]) const {
+    // Every thread of the warpgroup has read its rows of the previous tile's O.
+    prim::named_sync(kFwdWarpgroupBarrier + warpgroup, 128);
     const uint32_t tile = prim::smem_addr(smem.o);
     const int row0 = 64 * warpgroup + thread / 32 * 16 + thread % 32 / 4;
 #pragma unroll
@@ -129,12 +134,27 @@ struct FwdEpilogue {
                    : "memory");
       if (row < rows) *reinterpret_cast<uint4*>(out_row(w, out, row_stride, row) + 8 * chunk) = v;
     }
-    store_lse(w, lse);
-    if constexpr (kOStaged) {
-      // The reads above are done before the producer's TMA refills the ring.
-      warpgroup::fence_proxy_async_shared();
-      __syncwarp();
-      if (thread % 32 == 0) mbarrier::arrive(prim::smem_addr(&smem.bar.o_empty));
+  }
+
+  // O (normalized) from registers: this thread's columns 8 j + 2 (thread % 4) + {0, 1} of its
+  // two rows, for every j.
+  template <int R>
+  __device__ __forceinline__ void store_from_registers(const FwdTileWork& w,
+                                                      const float (&o)[R]) const {
+    T* out = out_rows(w);
+    const int64_t row_stride = params.p.out.row_stride;
+    const int rows = w.rows - 64 * warpgroup;
+    const int row0 = thread / 32 * 16 + thread % 32 / 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      if (row >= rows) continue;
+      T* dst = out_row(w, out, row_stride, row) + 2 * (thread % 4);
+#pragma unroll
+      for (int j = 0; j < kHeadDimV / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            prim::thread::pack2<T>(o[4 * j + 2 * half], o[4 * j + 2 * half + 1]);
+      }
     }
   }
 

@@ -33,7 +33,6 @@ __device__ __forceinline__ void init_barriers(FwdStorage<Shape>& smem) {
   auto init = [](uint64_t& bar, uint32_t count) { mbarrier::init(prim::smem_addr(&bar), count); };
   init(smem.bar.q_full, 1);
   init(smem.bar.q_empty, Shape::kMmaWarps);
-  init(smem.bar.o_empty, Shape::kMmaWarps);
   for (int i = 0; i < Shape::kStages; ++i) {
     init(smem.bar.k_full[i], 1);
     // FP8: the transposing warps fill V, one arrival each; TMA fills the raw ring.

@@ -23,7 +23,7 @@
 //
 // FP8 (Shape::kFp8): Q, K and V are e4m3 and every product steps 32 along K. The raw scores
 // are q8.k8, so the tile's conversions carry q_descale * k_descale of its (batch entry, KV
-// head) (`scores`, descaled()). P is rounded to e4m3 from the S registers as they lie, the
+// head) (`scores`, with_key_descale()). P is rounded to e4m3 from the S registers as they lie, the
 // transposed V holding its keys in the matching order (fp8_key_at); the weights are scaled by
 // 2^kPLog2Offset first so that they use e4m3's range rather than its subnormals (the epilogue
 // takes the factor off the lse; out's normalization cancels it).
@@ -206,7 +206,8 @@ struct FwdMainloop {
   __device__ __forceinline__ ScoreScales tile_scores(const FwdTileWork& w) const {
     if constexpr (kFp8) {
       const core::AttentionParams& p = params.p;
-      return descaled(params.scores, p.q_descale.at(w.b, w.hk) * p.k_descale.at(w.b, w.hk));
+      return with_key_descale(params.scores,
+                              p.q_descale.at(w.b, w.hk) * p.k_descale.at(w.b, w.hk));
     } else {
       return params.scores;
     }

@@ -11,9 +11,7 @@
 // epilogue to have read O back out, while its first two K blocks are loaded during it.
 //
 // FP8 (Shape::kFp8): V lands in the raw ring (raw_full / raw_empty), from which the transposing
-// warps (fwd_transpose_v.cuh) fill the V ring the MMA warpgroups read. Where O is staged in
-// the K ring (FP8 without room for O), the tile's first K waits for the previous tile's
-// epilogue instead of its first V.
+// warps (fwd_transpose_v.cuh) fill the V ring the MMA warpgroups read.
 //
 // kPaged: K and V come from a paged KV cache (FwdPageTable), a key block box by box, each box
 // from the page block_table names for it. Lane i reads the entry of box i and copies that box,
@@ -132,9 +130,6 @@ struct FwdProducer {
       const FwdTileWork w = scheduler.work(params.p, c);
       if (!w.has_rows() || !w.has_keys()) continue;  // the MMA warpgroups skip it alike
       const int last = w.kb.end - 1;
-      if constexpr (Storage::kOStagedInK) {
-        mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
-      }
       load_k(w, last, kv);
 
       const uint32_t q_full = addr(&smem.bar.q_full);
@@ -151,22 +146,13 @@ struct FwdProducer {
         }
       }
 
-      // V shares its ring with the previous tile's O staging (when Shape stages O there): the
-      // first V waits for that epilogue, the second K does not.
-      bool v_ring_free = !Storage::kOStagedInV;
-      auto wait_v_ring = [&] {
-        if (!v_ring_free) mbarrier::wait(addr(&smem.bar.o_empty), tile_parity ^ 1);
-        v_ring_free = true;
-      };
       Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went
       for (int n = last - 1; n >= w.kb.begin; --n) {
         kv.advance();
         load_k(w, n, kv);
-        wait_v_ring();
         load_v(w, n + 1, v_at);
         v_at = kv;
       }
-      wait_v_ring();
       load_v(w, w.kb.begin, v_at);
       kv.advance();
       tile_parity ^= 1;

@@ -36,13 +36,12 @@ struct FwdSm90Fp8TableTile {
 };
 
 // mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,
-// "empty" when every MMA warp (one arrival each) is done with the buffer. o_empty is used only
-// where O is staged in the V ring.
-// FP8: v_full/v_empty guard the transposed V (the transposing warps fill it), raw_full/raw_empty
-// the TMA's landing buffer of V (the transposing warps drain it).
+// "empty" when every MMA warp (one arrival each) is done with the buffer. FP8: v_full/v_empty
+// guard the transposed V (the transposing warps fill it), raw_full/raw_empty the TMA's landing
+// buffer of V (the transposing warps drain it).
 template <int Stages>
 struct alignas(8) FwdBarriers {
-  uint64_t q_full, q_empty, o_empty;
+  uint64_t q_full, q_empty;
   uint64_t k_full[Stages], k_empty[Stages];
   uint64_t v_full[Stages], v_empty[Stages];
   uint64_t raw_full[Stages], raw_empty[Stages];
@@ -104,13 +103,11 @@ struct FwdShape {
   using OTile = Swizzle128Tile<kBlockM, fwd_sm90_round_up(DV, 64)>;
 };
 
-// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O has its own
-// buffer where shared memory allows; otherwise it shares a ring that only TMA writes: the V
-// ring (16-bit) or the K ring (FP8). The epilogue writes O once every MMA warpgroup is done
-// with the tile's last products, and the producer loads the next tile's first V (or K) only
-// after the epilogue has read O back (o_empty). With FP8 the V ring holds the transposed V,
-// which the transposing warps write with ordinary stores (so O stays out of it), and the raw
-// ring (FwdRawV, an empty base otherwise) what TMA landed.
+// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O is staged
+// only where shared memory has room for it beside the rings; otherwise the epilogue stores it
+// straight from registers, so that the next tile's V never waits for the previous tile's O
+// and the MMA warpgroups never wait for each other at the end of a tile. With FP8 the V ring
+// holds the transposed V and the raw ring (FwdRawV, an empty base otherwise) what TMA landed.
 template <class Shape>
 constexpr int fwd_sm90_raw_v_bytes() {
   return Shape::kFp8 ? Shape::kStages * Shape::VRawTile::kBytes : 0;
@@ -123,22 +120,12 @@ constexpr bool fwd_sm90_o_fits_apart() {
          227 * 1024;
 }
 
-// Where O is staged: a buffer of its own, or the V or the K ring.
-enum class FwdOStaging { kApart, kInV, kInK };
-
-template <class Shape>
-constexpr FwdOStaging fwd_sm90_o_staging() {
-  if (fwd_sm90_o_fits_apart<Shape>()) return FwdOStaging::kApart;
-  return Shape::kFp8 ? FwdOStaging::kInK : FwdOStaging::kInV;
-}
-
-template <class Shape, FwdOStaging kStaging = fwd_sm90_o_staging<Shape>()>
+template <class Shape, bool kOStaged = fwd_sm90_o_fits_apart<Shape>()>
 struct FwdStorage;
 
 template <class Shape>
-struct FwdStorage<Shape, FwdOStaging::kApart> : FwdRawV<Shape> {
-  static constexpr bool kOStagedInV = false;
-  static constexpr bool kOStagedInK = false;
+struct FwdStorage<Shape, true> : FwdRawV<Shape> {
+  static constexpr bool kStagesO = true;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
   alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
@@ -147,27 +134,10 @@ struct FwdStorage<Shape, FwdOStaging::kApart> : FwdRawV<Shape> {
 };
 
 template <class Shape>
-struct FwdStorage<Shape, FwdOStaging::kInV> : FwdRawV<Shape> {
-  static constexpr bool kOStagedInV = true;
-  static constexpr bool kOStagedInK = false;
+struct FwdStorage<Shape, false> : FwdRawV<Shape> {
+  static constexpr bool kStagesO = false;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
-  union alignas(1024) {
-    uint8_t v[Shape::kStages][Shape::VTile::kBytes];
-    uint8_t o[Shape::OTile::kBytes];
-  };
-  FwdBarriers<Shape::kStages> bar;
-};
-
-template <class Shape>
-struct FwdStorage<Shape, FwdOStaging::kInK> : FwdRawV<Shape> {
-  static constexpr bool kOStagedInV = false;
-  static constexpr bool kOStagedInK = true;
-  alignas(1024) uint8_t q[Shape::QTile::kBytes];
-  union alignas(1024) {
-    uint8_t k[Shape::kStages][Shape::KTile::kBytes];
-    uint8_t o[Shape::OTile::kBytes];
-  };
   alignas(1024) uint8_t v[Shape::kStages][Shape::VTile::kBytes];
   FwdBarriers<Shape::kStages> bar;
 };

@@ -18,8 +18,7 @@
 //
 // The ring: V's block i of a tile lands in raw slot at (raw_full, from the producer's TMA); the
 // warps wait for it and for the MMA warpgroups to have released transposed slot at (v_empty),
-// transpose, and signal v_full (one arrival per warp) and raw_empty. The epilogue never stages
-// O in the transposed ring (fwd_shape.cuh stages it in the K ring where it has no room).
+// transpose, and signal v_full (one arrival per warp) and raw_empty.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +37,6 @@ template <class Shape>
 struct FwdTransposeV {
   static_assert(Shape::kFp8, "only e4m3 V is transposed");
   using Storage = FwdStorage<Shape>;
-  static_assert(!Storage::kOStagedInV, "the epilogue does not stage O in the transposed ring");
   using RawTile = typename Shape::VRawTile;
   using VTile = typename Shape::VTile;
   using Ring = RingPosition<Shape::kStages>;

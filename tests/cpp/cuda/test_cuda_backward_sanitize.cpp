@@ -35,6 +35,9 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   // that sees them all.
   Problem turn_groups = dense_problem(DType::kBF16, {1, 1, 1, 64, 2100, 256}, 19);
   turn_groups.causal = true;
+  // GQA on few blocks (not deterministic): 7 query heads split among blocks, fp32 partials.
+  Problem gqa_split = dense_problem(DType::kBF16, {1, 14, 2, 150, 260, 64}, 20);
+  gqa_split.causal = true;
   for (bool deterministic : {false, true}) {
     fa_test::Runner runner = cuda_runner();
     if (deterministic) {
@@ -47,7 +50,7 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
     }
     for (const Problem& p :
          {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated, sliced,
-          writer_halves, turn_groups}) {
+          writer_halves, turn_groups, gqa_split}) {
       expect_passes(fa_test::check_backward(p, runner));
     }
   }

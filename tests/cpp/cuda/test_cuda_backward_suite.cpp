@@ -206,6 +206,37 @@ TEST_P(CudaBackward, GqaAndMqa) {
   expect_passes_on_cuda(problem({1, 4, 1, 70, 90, 256}));  // d = 256: the smallest tile
 }
 
+// GQA on grids smaller than the GPU: the sm90 kernel splits a KV head's query heads among
+// blocks (bwd_sm90_kv_splits) and adds their fp32 dK/dV partials; uneven splits (7 query
+// heads), MQA, every sm90 head dim, masks, varlen with seqused_k, strided outputs, and a
+// grid large enough to take no split.
+TEST_P(CudaBackward, GqaSplitAmongBlocks) {
+  const struct {
+    Shape shape;
+    bool causal;
+  } cases[] = {{{1, 14, 2, 300, 300, 64}, true},  {{1, 14, 2, 200, 333, 64}, false},
+               {{2, 8, 1, 150, 257, 128}, true},  {{1, 6, 2, 90, 400, 128}, false},
+               {{1, 16, 2, 100, 200, 256}, true}, {{16, 16, 8, 64, 300, 64}, true}};
+  for (const auto& c : cases) {
+    Problem p = problem(c.shape);
+    p.causal = c.causal;
+    expect_passes_on_cuda(p);
+  }
+  Problem windowed = problem({1, 12, 2, 180, 260, 128});
+  windowed.window_left = 40;
+  windowed.window_right = 10;
+  windowed.alibi = true;
+  windowed.softcap = 12.f;
+  expect_passes_on_cuda(windowed);
+  Problem strided = problem({1, 8, 2, 100, 140, 64});
+  strided.strided = true;
+  expect_passes_on_cuda(strided);
+  Problem packed = varlen(14, 2, 64, {30, 0, 257}, {41, 9, 300});
+  packed.seqused_k = {41, 0, 280};
+  packed.causal = true;
+  expect_passes_on_cuda(packed);
+}
+
 TEST_P(CudaBackward, VarlenWithEmptySequencesAndSequsedK) {
   for (bool causal : {false, true}) {
     Problem p = varlen(4, 2, 64, {1, 17, 0, 127, 200, 5}, {5, 40, 17, 127, 150, 0});

@@ -6,6 +6,8 @@
 // kernel and padded ones, odd lengths, causal, windows, ALiBi and softcap, GQA, varlen with
 // empty sequences and seqused_k; lse untouched by dropout; seeds and offsets that differ give
 // different masks, equal ones the same output bit for bit.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -191,6 +193,41 @@ TEST_P(CudaDropout, TheCheckCatchesAnotherMask) {
     return backward(copy);
   };
   EXPECT_FALSE(fa_test::check_backward(p, wrong_backward).passed());
+}
+
+// The pair read from device memory when the kernels run (AttentionOptions::
+// dropout_seed_offset, which a captured CUDA graph replays with): the fields are changed, so
+// only the pair in memory can give the reference's mask, forward and backward.
+TEST_P(CudaDropout, SeedAndOffsetReadFromDeviceMemory) {
+  uint64_t* pair = nullptr;
+  ASSERT_EQ(cudaMalloc(&pair, 2 * sizeof(uint64_t)), cudaSuccess);
+  const auto from_memory = [pair](flashattn::AttentionOptions o) {
+    const uint64_t host[2] = {o.dropout_seed, o.dropout_offset};
+    EXPECT_EQ(cudaMemcpy(pair, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
+    o.dropout_seed ^= 1;
+    o.dropout_offset += 4;
+    o.dropout_seed_offset = pair;
+    return o;
+  };
+  fa_test::Runner runner = cuda_runner();
+  const auto forward = runner.forward;
+  const auto backward = runner.backward;
+  runner.forward = [forward, from_memory](const flashattn::ForwardArgs& args) {
+    flashattn::ForwardArgs copy = args;
+    copy.options = from_memory(args.options);
+    return forward(copy);
+  };
+  runner.backward = [backward, from_memory](const flashattn::BackwardArgs& args) {
+    flashattn::BackwardArgs copy = args;
+    copy.options = from_memory(args.options);
+    return backward(copy);
+  };
+  for (int d : {64, 128, 256}) {
+    Problem p = dropped({2, 4, 2, 150, 130, d}, 0.2f);
+    p.causal = d == 128;
+    expect_passes(fa_test::check_backward(p, runner));
+  }
+  EXPECT_EQ(cudaFree(pair), cudaSuccess);
 }
 
 TEST_P(CudaDropout, BackwardHeadDims) {

@@ -42,8 +42,8 @@ TEST_F(CudaForwardSanitize, SmallProblems) {
 }
 
 // The Hopper kernel's paths (on other GPUs these run the sm80 kernel): blocks taking several
-// tiles (more tiles than SMs), the paired causal order, the wide and narrow tiles, O staged in
-// the V ring (d = 256), V rows past seqused_k zeroed, GQA heads packed into one tile.
+// tiles (more tiles than SMs), the paired causal order, the wide and narrow tiles, O stored from
+// registers (d = 256), V rows past seqused_k zeroed, GQA heads packed into one tile.
 TEST_F(CudaForwardSanitize, HopperPaths) {
   Problem many_tiles = dense_problem(DType::kBF16, {1, 140, 20, 10, 300, 64}, 11);
   Problem paired = dense_problem(DType::kF16, {1, 70, 10, 300, 300, 128}, 12);
@@ -55,20 +55,20 @@ TEST_F(CudaForwardSanitize, HopperPaths) {
   Problem packed_varlen = dense_problem(DType::kBF16, {0, 8, 2, 0, 0, 64}, 17);
   packed_varlen.seqlens_q = {9, 40};
   packed_varlen.seqlens_k = {100, 70};
-  Problem staged_in_v = dense_problem(DType::kBF16, {1, 140, 4, 5, 90, 256}, 14);
+  Problem o_from_registers = dense_problem(DType::kBF16, {1, 140, 4, 5, 90, 256}, 14);
   Problem unused_keys = dense_problem(DType::kF16, {0, 2, 1, 0, 0, 128}, 15);
   unused_keys.seqlens_q = {30, 70};
   unused_keys.seqlens_k = {100, 200};
   unused_keys.seqused_k = {60, 130};
   for (const Problem& p :
-       {many_tiles, paired, wide, staged_in_v, unused_keys, packed_gqa, packed_varlen}) {
+       {many_tiles, paired, wide, o_from_registers, unused_keys, packed_gqa, packed_varlen}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }
 
 // The FP8 kernel (Hopper; elsewhere refused, which the check reports as a failure, so it runs
 // only where sm_90a code runs): V's transpose in the producer warpgroup and its ring, a tail
-// of keys zeroed, O staged in the transposed ring (d = 256), several tiles per block.
+// of keys zeroed, O from registers (d = 256), several tiles per block.
 TEST_F(CudaForwardSanitize, Fp8Paths) {
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -81,8 +81,8 @@ TEST_F(CudaForwardSanitize, Fp8Paths) {
   varlen.seqlens_q = {9, 150};
   varlen.seqlens_k = {140, 70};
   varlen.out_dtype = DType::kF16;
-  Problem staged = dense_problem(DType::kF8E4M3, {1, 140, 4, 5, 300, 256}, 23);
-  for (const Problem& p : {causal, varlen, staged}) {
+  Problem from_registers = dense_problem(DType::kF8E4M3, {1, 140, 4, 5, 300, 256}, 23);
+  for (const Problem& p : {causal, varlen, from_registers}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }

@@ -72,6 +72,21 @@ TEST_P(CudaForward, OddAndUnequalSeqlens) {
   }
 }
 
+// No keys at all (k and v empty, so the API hands the kernels zero strides for them): every
+// row's out is 0 and its lse -inf, dense and GQA, causal or not; and no queries.
+TEST_P(CudaForward, EmptyKeysOrQueries) {
+  for (int d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      Problem no_keys = problem({2, 4, 2, 33, 0, d});
+      no_keys.causal = causal;
+      expect_passes_on_cuda(no_keys);
+      Problem no_queries = problem({2, 4, 2, 0, 40, d});
+      no_queries.causal = causal;
+      expect_passes_on_cuda(no_queries);
+    }
+  }
+}
+
 TEST_P(CudaForward, SeqlenThousand) {
   const struct {
     Shape shape;

@@ -125,8 +125,8 @@ TEST_P(CudaFp8Forward, GqaMqaAndManyTiles) {
   Problem many = problem(2, 150, 10, 140, 200, 64);  // more tiles than SMs; paired causal order
   many.causal = true;
   expect_passes_on_cuda(many);
-  Problem staged = problem(1, 140, 4, 5, 300, 256);  // d = 256 stages O in the V ring
-  expect_passes_on_cuda(staged);
+  Problem from_registers = problem(1, 140, 4, 5, 300, 256);  // d = 256: O from registers
+  expect_passes_on_cuda(from_registers);
 }
 
 // Varlen with empty sequences and seqused_k: rows of V past a sequence's keys hold the next
