@@ -138,6 +138,11 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       return false;
     }
   }
+  if (o->dtype == "e4m3" && (o->mode == Mode::kDecode || o->direction == Direction::kBackward)) {
+    *message = "flashattn-bench: --dtype e4m3 times the attention forward only (decode takes "
+               "--cache-dtype e4m3)\n";
+    return false;
+  }
   if (o->mode == Mode::kDecode && !o->seqlen_q_given) o->seqlen_q = 1;
   if (o->heads_k == 0) o->heads_k = o->heads;
   if (o->seqlen_k == 0) o->seqlen_k = o->seqlen_q;
