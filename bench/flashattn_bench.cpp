@@ -45,6 +45,7 @@ DType resolve_dtype(const std::string& name, Backend backend) {
   if (name == "fp16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
   if (name == "fp32") return DType::kF32;
+  if (name == "e4m3") return DType::kF8E4M3;
   return backend == Backend::kCuda ? DType::kBF16 : DType::kF32;
 }
 

@@ -10,7 +10,8 @@ const char* usage() {
   return "usage: flashattn-bench [options]\n"
          "  --backend auto|cpu|cuda|reference  (auto: the GPU when present, else the CPU)\n"
          "  --batch N --heads N --heads-k N --seqlen-q N --seqlen-k N --hdim N\n"
-         "  --dtype auto|fp16|bf16|fp32        (auto: bf16 on the GPU, fp32 on the CPU)\n"
+         "  --dtype auto|fp16|bf16|fp32|e4m3   (auto: bf16 on the GPU, fp32 on the CPU; e4m3: FP8\n"
+         "                                     q, k, v with a bf16 out, forward only)\n"
          "  --causal  --window L,R  --softcap X  --dropout P\n"
          "  --direction fwd|bwd\n"
          "  --check        compare with the reference on the same inputs\n"
@@ -106,7 +107,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       ok = parse_int(v, &o->hdim);
     } else if (flag == "--dtype") {
       o->dtype = v;
-      ok = o->dtype == "auto" || o->dtype == "fp16" || o->dtype == "bf16" || o->dtype == "fp32";
+      ok = o->dtype == "auto" || o->dtype == "fp16" || o->dtype == "bf16" || o->dtype == "fp32" ||
+           o->dtype == "e4m3";
     } else if (flag == "--window") {
       const char* comma = std::strchr(v, ',');
       ok = comma != nullptr && parse_int(std::string(v, comma).c_str(), &o->window_left) &&
@@ -135,6 +137,11 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       *message = "flashattn-bench: bad value for " + flag + ": " + v + "\n";
       return false;
     }
+  }
+  if (o->dtype == "e4m3" && (o->mode == Mode::kDecode || o->direction == Direction::kBackward)) {
+    *message = "flashattn-bench: --dtype e4m3 times the attention forward only (decode takes "
+               "--cache-dtype e4m3)\n";
+    return false;
   }
   if (o->mode == Mode::kDecode && !o->seqlen_q_given) o->seqlen_q = 1;
   if (o->heads_k == 0) o->heads_k = o->heads;

@@ -77,7 +77,9 @@ bool make_buffer_set(Memory& memory, const Options& o, const HostInputs& in, Buf
   set->q = tensor({b, sq, h, d}, dtype, &in.q);
   set->k = tensor({b, sk, hk, d}, dtype, &in.k);
   set->v = tensor({b, sk, hk, d}, dtype, &in.v);
-  set->out = tensor({b, sq, h, d}, dtype, nullptr);
+  // e4m3 inputs (FP8, forward only) give a bf16 output.
+  const DType out_dtype = dtype == DType::kF8E4M3 ? DType::kBF16 : dtype;
+  set->out = tensor({b, sq, h, d}, out_dtype, nullptr);
   set->lse = tensor({b, h, sq}, DType::kF32, nullptr);
   bool ok = set->q.data && set->k.data && set->v.data && set->out.data && set->lse.data;
   if (o.direction == Direction::kBackward) {

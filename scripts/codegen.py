@@ -143,45 +143,58 @@ DIRECTIONS = [
 ]
 
 
-# wgmma shapes (m64nNk16) the sm90 kernels use: every N that is a multiple of 16 up to 256, so that
-# any tile of the tuning tables has its instruction. Inline asm must spell out each of the N / 2
-# accumulator registers, which only a generated text can do for every N.
+# wgmma shapes (m64nNk16 for 16-bit operands, m64nNk32 for e4m3) the sm90 kernels use: every N
+# that is a multiple of 16 up to 256, so that any tile of the tuning tables has its instruction.
+# Inline asm must spell out each of the N / 2 accumulator registers, which only a generated text
+# can do for every N. 8-bit operands have no transpose immediates (both K-major).
 WGMMA_N = list(range(16, 257, 16))
-WGMMA_TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
+WGMMA_TYPES = {"__nv_bfloat16": "bf16", "__half": "f16", "__nv_fp8_e4m3": "e4m3"}
 
 
 def wgmma_instructions():
     """The body of src/cuda/sm90/wgmma_instructions.inc: Mma<N, T> with ss() and rs()."""
     out = [HEADER.rstrip("\n"),
            "// Included by wgmma.cuh inside namespace flashattn::cuda::sm90::warpgroup: the",
-           "// m64nNk16 wgmma wrappers with fp32 accumulators, one specialization per (N, type).",
+           "// m64nNk16 (16-bit) and m64nNk32 (e4m3) wgmma wrappers with fp32 accumulators, one",
+           "// specialization per (N, type).",
            "// clang-format off"]
     for n in WGMMA_N:
         c = n // 2
         regs = ", ".join(f"%{i}" for i in range(c))
         acc = ", ".join(f'"+f"(d[{i}])' for i in range(c))
         for ctype, ptx in WGMMA_TYPES.items():
-            shape = f"m64n{n}k16.f32.{ptx}.{ptx}"
+            eight_bit = ptx == "e4m3"
+            shape = f"m64n{n}k{32 if eight_bit else 16}.f32.{ptx}.{ptx}"
+            # 8-bit operands take no transpose immediates: the template arguments must be false.
+            ss_trans = "" if eight_bit else f", %{c + 3}, %{c + 4}"
+            ss_trans_args = "" if eight_bit else (', "n"(static_cast<int>(kTransA)), '
+                                                  '"n"(static_cast<int>(kTransB))')
+            rs_trans = "" if eight_bit else f", %{c + 6}"
+            rs_trans_args = "" if eight_bit else ', "n"(static_cast<int>(kTransB))'
             out.append(f"template <>\nstruct Mma<{n}, {ctype}> {{")
             out.append("  template <bool kTransA, bool kTransB>")
             out.append(f"  static __device__ __forceinline__ void ss(float (&d)[{c}], uint64_t desc_a, "
                        "uint64_t desc_b, bool accumulate) {")
+            if eight_bit:
+                out.append('    static_assert(!kTransA && !kTransB, "8-bit operands are K-major");')
             out.append(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n"')
             out.append(f'                 "wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, '
-                       f'%{c}, %{c + 1}, p, 1, 1, %{c + 3}, %{c + 4};\\n}}\\n"')
+                       f'%{c}, %{c + 1}, p, 1, 1{ss_trans};\\n}}\\n"')
             out.append(f"                 : {acc}")
-            out.append('                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), '
-                       '"n"(static_cast<int>(kTransA)), "n"(static_cast<int>(kTransB)));')
+            out.append('                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate))'
+                       f'{ss_trans_args});')
             out.append("  }")
             out.append("  template <bool kTransB>")
             out.append(f"  static __device__ __forceinline__ void rs(float (&d)[{c}], const uint32_t (&a)[4], "
                        "uint64_t desc_b, bool accumulate) {")
+            if eight_bit:
+                out.append('    static_assert(!kTransB, "8-bit operands are K-major");')
             out.append(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 5}, 0;\\n"')
             out.append(f'                 "wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, '
-                       f'{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1, %{c + 6};\\n}}\\n"')
+                       f'{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1{rs_trans};\\n}}\\n"')
             out.append(f"                 : {acc}")
             out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), '
-                       '"r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kTransB)));')
+                       f'"r"(static_cast<int>(accumulate)){rs_trans_args});')
             out.append("  }")
             out.append("};")
     out.append("// clang-format on")
@@ -192,10 +205,37 @@ def wgmma_instructions():
 OTHER_FILES = {"src/cuda/sm90/wgmma_instructions.inc": wgmma_instructions}
 
 
+# The FP8 (e4m3) forward on Hopper: one file per head dim holding both output types, so that the
+# FP8 kernels add three compile jobs rather than six; fwd_fp8_list.inc is its X-macro list
+# FA_FWD_FP8_KERNEL(family, output type, head dim).
+FP8_FORWARD_HEAD_DIMS = [64, 128, 256]
+
+
+def fp8_forward_files():
+    files, lines = {}, []
+    for head_dim in FP8_FORWARD_HEAD_DIMS:
+        body = ""
+        for ctype in DTYPES.values():
+            body += (f"template Status run_forward_fp8<{ctype}, {head_dim}>("
+                     f"const core::AttentionParams&, cudaStream_t);\n"
+                     f"template int forward_fp8_smem_bytes<{ctype}, {head_dim}>();\n")
+            lines.append(f"FA_FWD_FP8_KERNEL(sm90, {ctype}, {head_dim})")
+        files[f"fwd_fp8_sm90_hdim{head_dim}.cu"] = (
+            f"{HEADER}"
+            f'#include "cuda/sm90/fwd_launch.cuh"\n\n'
+            f"namespace flashattn::cuda::sm90 {{\n{body}}}  // namespace flashattn::cuda::sm90\n")
+    files["fwd_fp8_list.inc"] = "\n".join(
+        [HEADER.rstrip("\n"),
+         "// FA_FWD_FP8_KERNEL(family, output type, head dim) for every instantiation file."]
+        + lines) + "\n"
+    return files
+
+
 def expected_files():
     files = {}
     for direction in DIRECTIONS:
         files.update(direction.files())
+    files.update(fp8_forward_files())
     return files
 
 

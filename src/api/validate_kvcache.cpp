@@ -340,7 +340,7 @@ Status validate_kvcache(const KVCacheArgs& a, const Target& target, core::KVCach
                                      target));
   FA_RETURN_IF_ERROR(check_contents(a, s, c));
   // An e4m3 cache runs on every backend (the CUDA KV-cache kernel converts it on chip).
-  FA_RETURN_IF_ERROR(check_backend_support(a.q.dtype, nullptr, s, target, "v_cache"));
+  FA_RETURN_IF_ERROR(check_backend_support(a.q.dtype, s, target, "v_cache"));
   *params = core::KVCacheParams{};
   fill_kvcache(a, s, c, params);
   fill_descales(a.descale, false, fp8_cache(a), params);

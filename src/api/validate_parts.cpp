@@ -121,16 +121,11 @@ void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
   p->v_descale = factor(descale.v);
 }
 
-Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
-                             const Target& target, const char* v_name) {
+Status check_backend_support(DType dtype, const Sizes& sizes, const Target& target,
+                             const char* v_name) {
   if (target.backend == Backend::kCuda && dtype == DType::kF32) {
     return unsupported("q",
                        "fp32 runs on the CPU backends only; Backend::kCuda takes fp16 or bf16");
-  }
-  if (target.backend == Backend::kCuda && fp8_name != nullptr) {
-    return unsupported(fp8_name,
-                       "e4m3 (FP8) runs on the CPU backends only in this version; the CUDA "
-                       "FP8 kernels are not written yet");
   }
   if (sizes.head_dim_v != sizes.head_dim) {
     return unsupported(v_name, "head_dim_v=" + std::to_string(sizes.head_dim_v) +

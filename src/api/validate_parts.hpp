@@ -71,11 +71,10 @@ Status check_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3, const 
 void fill_descales(const Descales& descale, bool q_e4m3, bool kv_e4m3,
                    core::AttentionParams* params);
 
-// Valid calls the target cannot run: fp32 or an e4m3 forward on CUDA, d_v != d (not
-// implemented yet). `fp8_name` names an e4m3 argument of the call that CUDA has no kernel for
-// (null: none; an e4m3 KV cache has one).
-Status check_backend_support(DType dtype, const char* fp8_name, const Sizes& sizes,
-                             const Target& target, const char* v_name);
+// Valid calls the target cannot run: fp32 on CUDA, d_v != d (not implemented yet). (e4m3
+// calls reach the CUDA plans, which refuse what they have no kernel for.)
+Status check_backend_support(DType dtype, const Sizes& sizes, const Target& target,
+                             const char* v_name);
 
 // Sizes, dtype and operands shared by every Params (q, out, lse and the head counts); the
 // Params' dtype is out's (q's unless q is e4m3).

@@ -3,7 +3,9 @@
 //
 // The kernel is the first entry of instantiations/fwd_list.inc (the Hopper family first) for
 // the call's dtype, compiled head dim and dropout whose family the device runs and which
-// accepts the call's layout, as in the backward (backward.cu).
+// accepts the call's layout, as in the backward (backward.cu). e4m3 (FP8) calls have one
+// family, the Hopper kernel's FP8 shape (instantiations/fwd_fp8_list.inc), which reads its
+// operands in place: there is no padded path for them.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -56,6 +58,13 @@ Chosen first_kernel(const core::AttentionParams& as_run, bool sm90a) {
 }
 
 Status run_kernel(const core::AttentionParams& p, FwdKernel kernel, cudaStream_t stream) {
+#define FA_FWD_FP8_KERNEL(family, type, hdim)                                               \
+  if (kernel == family::kFwdFp8Kernel && p.dtype == element_type_of<type>() &&              \
+      p.head_dim == hdim) {                                                                 \
+    return family::run_forward_fp8<type, hdim>(p, stream);                                  \
+  }
+#include "cuda/instantiations/fwd_fp8_list.inc"
+#undef FA_FWD_FP8_KERNEL
 #define FA_FWD_KERNEL(family, type, hdim, dropout)                                          \
   if (kernel == family::kFwdKernel && p.dtype == element_type_of<type>() &&                 \
       p.head_dim == hdim && p.has_dropout() == dropout) {                                   \
@@ -89,6 +98,44 @@ bool decode_route(const core::AttentionParams& p, int device, FwdPlan* plan) {
   return true;
 }
 
+// The FP8 plan: the Hopper kernel for the compiled head dims, operands read in place.
+Status choose_fp8_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) {
+  if (!p.q_e4m3 || !p.kv_e4m3) {
+    return unsupported("q: expected q, k and v all e4m3 for the FP8 forward");
+  }
+  if (p.head_dim_v != p.head_dim) {
+    return unsupported("v: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
+                       ", got " + std::to_string(p.head_dim_v));
+  }
+  int smem_bytes = 0;
+#define FA_FWD_FP8_KERNEL(family, type, hdim)                                    \
+  if (p.dtype == element_type_of<type>() && p.head_dim == hdim) {                \
+    smem_bytes = family::forward_fp8_smem_bytes<type, hdim>();                   \
+  }
+#include "cuda/instantiations/fwd_fp8_list.inc"
+#undef FA_FWD_FP8_KERNEL
+  if (smem_bytes == 0) {
+    return unsupported("q: e4m3 (FP8) head dim: expected 64, 128 or 256, got " +
+                       std::to_string(p.head_dim));
+  }
+  DeviceLimits limits;
+  const Status fits = check_kernel_fits("CUDA forward", device, p.head_dim, smem_bytes, &limits);
+  if (!fits.ok()) return fits;
+  if (!limits.sm90a) {
+    return unsupported("q: e4m3 (FP8) runs on Hopper GPUs (sm_90a code) only, device " +
+                       std::to_string(device) + " is " + std::to_string(limits.major) + "." +
+                       std::to_string(limits.minor));
+  }
+  std::string why;
+  if (!sm90::forward_fp8_accepts(p, &why)) return unsupported(why);
+  plan->kernel = sm90::kFwdFp8Kernel;
+  plan->head_dim = p.head_dim;
+  plan->block_m = p.head_dim == 64    ? sm90::forward_fp8_block_m<64>()
+                  : p.head_dim == 128 ? sm90::forward_fp8_block_m<128>()
+                                      : sm90::forward_fp8_block_m<256>();
+  return Status::Ok();
+}
+
 // The layout of the padded copy (pad_inputs): contiguous, so every family accepts it.
 core::AttentionParams padded_shape(const core::AttentionParams& p, int head_dim) {
   core::AttentionParams k = p;
@@ -107,7 +154,7 @@ Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) 
   if (p.dtype != core::ElementType::kF16 && p.dtype != core::ElementType::kBF16) {
     return unsupported("dtype: expected fp16 or bf16, got fp32 (use Backend::kCpu for fp32)");
   }
-  if (p.has_fp8()) return unsupported("q: e4m3 (FP8) has no CUDA kernel yet");
+  if (p.has_fp8()) return choose_fp8_kernel(p, device, plan);
   if (p.head_dim_v != p.head_dim) {
     return unsupported("v: expected head dim d_v equal to d=" + std::to_string(p.head_dim) +
                        ", got " + std::to_string(p.head_dim_v));

@@ -16,6 +16,7 @@ enum class FwdKernel {
   kNone,
   kSm80,  // mma.sync FlashAttention-2 kernel (sm80/), sm_80 and newer
   kSm90,  // warp-specialized wgmma + TMA kernel (sm90/fwd_kernel.cuh), sm_90a
+  kSm90Fp8,  // the same kernel on e4m3 q, k, v (FwdShape::kFp8), sm_90a
   // The KV-cache kernel's split-KV decode tile (kvcache.cu) over k and v read as a full cache:
   // the decode route for a few query rows per KV head (forward.cu).
   kKvDecode,

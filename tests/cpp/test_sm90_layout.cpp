@@ -17,9 +17,11 @@ namespace {
 
 using flashattn::cuda::sm90::AccumulatorFragment;
 using flashattn::cuda::sm90::encode_descriptor;
+using flashattn::cuda::sm90::fp8_key_at;
 using flashattn::cuda::sm90::FragmentCoord;
 using flashattn::cuda::sm90::Major;
 using flashattn::cuda::sm90::RegisterAFragment;
+using flashattn::cuda::sm90::RegisterAFragment8;
 using flashattn::cuda::sm90::Swizzle128Tile;
 using flashattn::cuda::sm90::WgmmaOperand;
 
@@ -27,10 +29,10 @@ using flashattn::cuda::sm90::WgmmaOperand;
 constexpr uint32_t kTileAddr = 5 * 1024;
 
 // The shared address from which wgmma reads element `mn` (row of a K-major operand, column
-// of an MN-major one) at k index `k` (< 16) of the step the descriptor describes. Read from
-// the descriptor's bits as the PTX ISA defines them, then 128-byte-swizzled on the absolute
-// address: 16-byte chunk bits 4-6 XOR line bits 7-9.
-uint32_t wgmma_reads(uint64_t desc, Major major, int mn, int k) {
+// of an MN-major one) at k index `k` (< 16, or < 32 for 8-bit elements) of the step the
+// descriptor describes. Read from the descriptor's bits as the PTX ISA defines them, then
+// 128-byte-swizzled on the absolute address: 16-byte chunk bits 4-6 XOR line bits 7-9.
+uint32_t wgmma_reads(uint64_t desc, Major major, int mn, int k, int elem_bytes = 2) {
   EXPECT_EQ(desc >> 62, 1u) << "swizzle mode must be 128B";
   EXPECT_EQ((desc >> 49) & 7u, 0u) << "base offset must be 0";
   const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4;
@@ -38,7 +40,7 @@ uint32_t wgmma_reads(uint64_t desc, Major major, int mn, int k) {
   const uint32_t stride = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
   uint32_t addr;
   if (major == Major::kK) {
-    addr = start + (mn / 8) * stride + (mn % 8) * 128 + k * 2;
+    addr = start + (mn / 8) * stride + (mn % 8) * 128 + k * elem_bytes;
   } else {
     addr = start + (mn / 64) * leading + (k / 8) * stride + (k % 8) * 128 + (mn % 64) * 2;
   }
@@ -52,7 +54,7 @@ void expect_bijection() {
     for (int c = 0; c < Tile::kCols; ++c) {
       const uint32_t off = Tile::byte_offset(r, c);
       ASSERT_LT(off, static_cast<uint32_t>(Tile::kBytes));
-      ASSERT_EQ(off % 2, 0u);
+      ASSERT_EQ(off % Tile::kElemBytes, 0u);
       ASSERT_TRUE(seen.insert(off).second) << "(" << r << ", " << c << ") overlaps";
     }
   }
@@ -64,6 +66,8 @@ TEST(Sm90Layout, TileIsABijectionWithContiguousChunks) {
   expect_bijection<Swizzle128Tile<64, 128>>();
   expect_bijection<Swizzle128Tile<256, 128>>();
   expect_bijection<Swizzle128Tile<128, 256>>();
+  expect_bijection<Swizzle128Tile<64, 128, 1>>();
+  expect_bijection<Swizzle128Tile<192, 256, 1>>();
   using Tile = Swizzle128Tile<64, 128>;
   for (int r = 0; r < Tile::kRows; ++r) {
     for (int c = 0; c < Tile::kCols; c += 8) {
@@ -89,11 +93,11 @@ int count_misreads(uint32_t tile_addr, bool swap_strides = false) {
                                Operand::kLeadingBytes);
     }
     for (int mn = 0; mn < mn_extent; ++mn) {
-      for (int k = 0; k < 16; ++k) {
-        const int kk = 16 * step + k;
+      for (int k = 0; k < Operand::kStepK; ++k) {
+        const int kk = Operand::kStepK * step + k;
         const uint32_t stored = tile_addr + (kMajor == Major::kK ? Tile::byte_offset(mn, kk)
                                                                  : Tile::byte_offset(kk, mn));
-        misreads += wgmma_reads(desc, kMajor, mn, k) != stored;
+        misreads += wgmma_reads(desc, kMajor, mn, k, Tile::kElemBytes) != stored;
       }
     }
   }
@@ -109,6 +113,10 @@ TEST(Sm90Layout, DescriptorsReadWhatTheTileStores) {
   EXPECT_EQ((count_misreads<Swizzle128Tile<64, 64>, Major::kMN>(kTileAddr)), 0);
   EXPECT_EQ((count_misreads<Swizzle128Tile<64, 256>, Major::kMN>(kTileAddr)), 0);
   EXPECT_EQ((count_misreads<Swizzle128Tile<128, 128>, Major::kMN>(kTileAddr)), 0);
+  // 8-bit operands (e4m3), K-major only, k32 steps across 128-column panels.
+  EXPECT_EQ((count_misreads<Swizzle128Tile<64, 128, 1>, Major::kK>(kTileAddr)), 0);
+  EXPECT_EQ((count_misreads<Swizzle128Tile<128, 256, 1>, Major::kK>(kTileAddr)), 0);
+  EXPECT_EQ((count_misreads<Swizzle128Tile<256, 256, 1>, Major::kK>(kTileAddr)), 0);
 }
 
 // The model is not vacuous: a tile off its 1024-byte atom, or the MN-major strides swapped
@@ -177,6 +185,32 @@ TEST(Sm90Layout, AccumulatorPairsAreRegisterAFragments) {
         EXPECT_EQ(lo.col, 16 * step + a.col);
         EXPECT_EQ(hi.row, a.row);
         EXPECT_EQ(hi.col, lo.col + 1);
+      }
+    }
+  }
+}
+
+// The FP8 forward's P: byte b of e4m3 A register j of k32 step s is the accumulator register
+// the mainloop packs there (16s + 8(j/2) + 2(j%2) + 4(b/2) + b%2), which holds the same row and
+// the key fp8_key_at gives for that A column; and fp8_key_at permutes each 16 keys.
+TEST(Sm90Layout, Fp8AccumulatorQuadsAreRegisterAFragmentsInKeyOrder) {
+  for (int base = 0; base < 64; base += 16) {
+    std::set<int> keys;
+    for (int position = base; position < base + 16; ++position) keys.insert(fp8_key_at(position));
+    EXPECT_EQ(keys.size(), 16u);
+    EXPECT_EQ(*keys.begin(), base);
+    EXPECT_EQ(*keys.rbegin(), base + 15);
+  }
+  for (int thread = 0; thread < 128; ++thread) {
+    for (int step = 0; step < 128 / 32; ++step) {
+      for (int j = 0; j < 4; ++j) {
+        const FragmentCoord a = RegisterAFragment8::coord(thread, j);
+        for (int b = 0; b < 4; ++b) {
+          const int reg = 16 * step + 8 * (j / 2) + 2 * (j % 2) + 4 * (b / 2) + b % 2;
+          const FragmentCoord d = AccumulatorFragment<128>::coord(thread, reg);
+          EXPECT_EQ(d.row, a.row);
+          EXPECT_EQ(d.col, 32 * step + fp8_key_at(a.col + b));
+        }
       }
     }
   }

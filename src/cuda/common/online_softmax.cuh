@@ -45,10 +45,12 @@ struct RowSoftmax {
   // update() in two halves, for a kernel whose O is still being accumulated by the tensor
   // cores while it folds in the next block: fold_block updates the maxima and sums and turns
   // the scores into weights, returning the factor each row of O must be scaled by, which
-  // rescale() applies once O is complete.
+  // rescale() applies once O is complete. log2_offset scales every weight (and so the sums) by
+  // 2^log2_offset: a kernel that rounds the weights to a narrow type (e4m3) moves them into its
+  // range that way, and takes log2_offset * ln 2 off the lse that finish() returns.
   template <int NT>
   __device__ __forceinline__ void fold_block(float (&s)[MT][NT][4], float log2_unit,
-                                             float (&factor)[MT][2]) {
+                                             float (&factor)[MT][2], float log2_offset = 0.f) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -60,7 +62,7 @@ struct RowSoftmax {
         }
         block_max = prim::quad::max(block_max);
         const bool none = block_max == -CUDART_INF_F;
-        const float shift = none ? 0.f : block_max * log2_unit;
+        const float shift = (none ? 0.f : block_max * log2_unit) - log2_offset;
         factor[m][h] =
             none ? 0.f : prim::thread::exp2_approx((max[m][h] - block_max) * log2_unit);
         max[m][h] = block_max;

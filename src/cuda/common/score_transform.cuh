@@ -47,7 +47,9 @@ inline ScoreScales score_scales(const core::AttentionParams& p) {
 // The conversions for keys read as stored, k / descale (an e4m3 cache): the descale joins
 // the scale (softcap's pre-scale when softcap is on), so the raw score of the stored keys is
 // used as is. A product of 0 (a zero descale) makes every visible score 0, which is
-// score_scales' case of scale 0.
+// score_scales' case of scale 0. The FP8 forward passes q_descale * k_descale of a tile's
+// (batch entry, KV head): its raw scores are q8.k8. Descales are taken to be positive, as
+// FlashAttention-3 takes them.
 __host__ __device__ __forceinline__ ScoreScales with_key_descale(ScoreScales sc, float descale) {
   if (sc.softcap_pre != 0.f) {
     sc.softcap_pre *= descale;

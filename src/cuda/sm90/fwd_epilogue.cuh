@@ -8,6 +8,9 @@
 // registers: the four threads of a quad write 16 consecutive bytes of a row, and the quads'
 // stores of one row meet in L2 before they reach memory. Rows past the sequence are not
 // written. With packed GQA each row goes to its own query and head.
+//
+// FP8: O is multiplied by v_descale of the tile's (batch entry, KV head), and the lse loses the
+// 2^kPLog2Offset the mainloop put on the weights.
 #pragma once
 
 #include <math_constants.h>
@@ -73,13 +76,23 @@ struct FwdEpilogue {
     }
   }
 
-  // O (unnormalized) and its softmax statistics from the mainloop.
+  // O (unnormalized) and its softmax statistics from the mainloop, whose score unit for the
+  // tile is `unit`.
   template <int R>
   __device__ __forceinline__ void store(const FwdTileWork& w, float (&o)[R],
-                                        RowSoftmax<1>& softmax) const {
+                                        RowSoftmax<1>& softmax, float unit) const {
     static_assert(R == kHeadDimV / 2, "O of the warpgroup's rows");
     float lse[1][2];
-    softmax.finish(as_row_tiles(o), params.scores.unit, lse);
+    softmax.finish(as_row_tiles(o), unit, lse);
+    if constexpr (Shape::kFp8) {
+      constexpr float kLn2 = 0.6931471805599453f;
+      constexpr float kOffset = FwdMainloop<T, Shape>::kPLog2Offset * kLn2;
+      lse[0][0] -= kOffset;
+      lse[0][1] -= kOffset;
+      const float v_descale = params.p.v_descale.at(w.b, w.hk);
+#pragma unroll
+      for (int i = 0; i < R; ++i) o[i] *= v_descale;
+    }
 
     if constexpr (Storage::kStagesO) {
       store_staged(w, o);

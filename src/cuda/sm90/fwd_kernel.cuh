@@ -2,11 +2,12 @@
 // persistent. Composed of
 //   fwd_scheduler.cuh  which tiles a block takes, and what each covers
 //   fwd_producer.cuh   warpgroup 0: the TMA loads of Q, K and V into the rings
+//   fwd_transpose_v.cuh  FP8 only, warps 1..3 of warpgroup 0: V transposed for e4m3 wgmma
 //   fwd_mainloop.cuh   warpgroups 1..: S = Q K^T, softmax, O += P V per key block
 //   fwd_epilogue.cuh   O and lse out
 // over the shared memory of fwd_shape.cuh. kPaged reads K and V through a paged KV cache's
-// block_table (the cache's prefill); only the producer differs. Dropout runs on the sm80
-// kernel (forward.cu's plan).
+// block_table (the cache's prefill); only the producer differs. Shape::kFp8 reads e4m3 q, k
+// and v (T is then the output's type). Dropout runs on the sm80 kernel (forward.cu's plan).
 //
 // The body is compiled in the sm_90a device pass only; the dispatch runs this kernel only on a
 // device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -21,6 +22,7 @@
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/fwd_scheduler.cuh"
 #include "cuda/sm90/fwd_shape.cuh"
+#include "cuda/sm90/fwd_transpose_v.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/registers.cuh"
 
@@ -33,9 +35,12 @@ __device__ __forceinline__ void init_barriers(FwdStorage<Shape>& smem) {
   init(smem.bar.q_empty, Shape::kMmaWarps);
   for (int i = 0; i < Shape::kStages; ++i) {
     init(smem.bar.k_full[i], 1);
-    init(smem.bar.v_full[i], 1);
+    // FP8: the transposing warps fill V, one arrival each; TMA fills the raw ring.
+    init(smem.bar.v_full[i], Shape::kFp8 ? Shape::kTransposeWarps : 1);
     init(smem.bar.k_empty[i], Shape::kMmaWarps);
     init(smem.bar.v_empty[i], Shape::kMmaWarps);
+    init(smem.bar.raw_full[i], 1);
+    init(smem.bar.raw_empty[i], Shape::kTransposeWarps > 0 ? Shape::kTransposeWarps : 1);
   }
   mbarrier::fence_init();
 }
@@ -59,7 +64,7 @@ __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
       continue;
     }
     mainloop.run(w, kv, tile_parity, 128 * warpgroup + thread);
-    epilogue.store(w, mainloop.o, mainloop.softmax);
+    epilogue.store(w, mainloop.o, mainloop.softmax, mainloop.scores.unit);
     tile_parity ^= 1;
   }
 }
@@ -79,7 +84,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   if (warpgroup == 0) {
     warpgroup::lower_registers<Shape::kProducerRegisters>();
     using Producer = FwdProducer<Shape, kPaged>;
-    if (threadIdx.x < Producer::kThreads) Producer{params, smem}.run();
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x < Producer::kThreads) {
+      Producer{params, smem}.run();
+    } else if constexpr (Shape::kFp8) {
+      if (warp >= 1 && warp <= Shape::kTransposeWarps) {
+        FwdTransposeV<Shape>{params, smem, warp - 1, static_cast<int>(threadIdx.x) % 32}.run();
+      }
+    }
   } else {
     warpgroup::raise_registers<Shape::kMmaRegisters>();
     run_mma_warpgroup<T, Shape>(params, smem, warpgroup - 1, static_cast<int>(threadIdx.x) % 128);

@@ -17,11 +17,11 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The extent of a [batch][rows][heads][cols] operand as its map sees it: a varlen operand is
-// one batch entry of all its rows. Strides of dimensions of one entry are never used; they get
-// a valid value.
+// The extent of a [batch][rows][heads][cols] operand of elem_bytes elements as its map sees
+// it: a varlen operand is one batch entry of all its rows. Strides of dimensions of one entry
+// are never used; they get a valid value (16 elements: a multiple of 16 bytes).
 inline OperandExtent operand_extent(const core::AttentionParams& p, const core::Operand& op,
-                                    int rows, int heads, int cols) {
+                                    int rows, int heads, int cols, int elem_bytes = 2) {
   const bool varlen = p.is_varlen();
   OperandExtent e;
   e.cols = static_cast<uint64_t>(cols);
@@ -29,8 +29,9 @@ inline OperandExtent operand_extent(const core::AttentionParams& p, const core::
   e.heads = static_cast<uint64_t>(heads);
   e.batch = varlen ? 1 : static_cast<uint64_t>(p.batch);
   e.row_stride = op.row_stride;
-  e.head_stride = heads == 1 ? 8 : op.head_stride;
-  e.batch_stride = (varlen || p.batch == 1) ? 8 : op.batch_stride;
+  e.head_stride = heads == 1 ? 16 : op.head_stride;
+  e.batch_stride = (varlen || p.batch == 1) ? 16 : op.batch_stride;
+  e.elem_bytes = elem_bytes;
   return e;
 }
 
@@ -75,8 +76,9 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
   const bool varlen = p.is_varlen();
   const int q_rows = varlen ? p.total_q : p.seqlen_q;
   const int k_rows = varlen ? p.total_k : p.seqlen_k;
-  OperandExtent k_extent = operand_extent(p, p.k, k_rows, p.nheads_k, p.head_dim);
-  OperandExtent v_extent = operand_extent(p, p.v, k_rows, p.nheads_k, p.head_dim_v);
+  constexpr int kInBytes = Shape::kElemBytes;  // of q, k and v
+  OperandExtent k_extent = operand_extent(p, p.k, k_rows, p.nheads_k, p.head_dim, kInBytes);
+  OperandExtent v_extent = operand_extent(p, p.v, k_rows, p.nheads_k, p.head_dim_v, kInBytes);
   int key_box_rows = Shape::kBlockN;
   if constexpr (kPaged) {
     params.pages.block_table = cache->block_table;
@@ -93,8 +95,9 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
     OperandExtent extent;
     int box_rows;
     const char* name;
-  } maps[] = {{&params.q_map, p.q, operand_extent(p, p.q, q_rows, p.nheads, p.head_dim),
-               Shape::kBlockM, "q"},
+  } maps[] = {{&params.q_map, p.q,
+               operand_extent(p, p.q, q_rows, p.nheads, p.head_dim, kInBytes), Shape::kBlockM,
+               "q"},
               {&params.k_map, p.k, k_extent, key_box_rows, "k"},
               {&params.v_map, p.v, v_extent, key_box_rows, "v"}};
   for (const auto& m : maps) {
@@ -162,6 +165,17 @@ Status run_forward_paged(const core::KVCacheParams& p, cudaStream_t stream) {
 template <class T, int D>
 int forward_paged_smem_bytes() {
   return forward_smem_bytes<T, D>();
+}
+
+// The FP8 forward: e4m3 q, k and v, out of type T; the FP8 table's tile.
+template <class T, int D>
+Status run_forward_fp8(const core::AttentionParams& p, cudaStream_t stream) {
+  return launch_forward<T, FwdShape<D, D, FwdSm90Fp8TableTile<D>, false, true>>(p, stream);
+}
+
+template <class T, int D>
+int forward_fp8_smem_bytes() {
+  return fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90Fp8TableTile<D>, false, true>>();
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/params.hpp"
 #include "cuda/forward_plan.hpp"
@@ -69,5 +70,55 @@ Status run_forward_paged(const core::KVCacheParams& params, cudaStream_t stream)
 
 template <class T, int D>
 int forward_paged_smem_bytes();
+
+// The FP8 forward (e4m3 q, k and v; out of type T), for D in kFwdSm90Fp8HeadDims; defined in
+// instantiations/fwd_fp8_sm90_hdim<D>.cu, both output types in one file. It reads q, k and v
+// in place, so they must meet forward_fp8_accepts.
+inline constexpr FwdKernel kFwdFp8Kernel = FwdKernel::kSm90Fp8;
+template <int D>
+constexpr int forward_fp8_block_m() {
+  return fwd_sm90_fp8_tile(D).block_m;
+}
+
+// TMA reads the operands in place: 16-byte aligned pointers and strides (16 e4m3 elements),
+// positive where the dimension has more than one entry; and the tile count fits an int.
+inline bool forward_fp8_accepts(const core::AttentionParams& p, std::string* why) {
+  const bool varlen = p.is_varlen();
+  auto fits = [&](const core::Operand& op, int heads) {
+    const bool aligned = reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0 &&
+                         op.row_stride % 16 == 0 && op.head_stride % 16 == 0 &&
+                         (varlen || op.batch_stride % 16 == 0);
+    const bool positive = op.row_stride > 0 && (heads == 1 || op.head_stride > 0) &&
+                          (varlen || p.batch == 1 || op.batch_stride > 0);
+    return aligned && positive;
+  };
+  const struct {
+    const core::Operand& op;
+    int heads;
+    const char* name;
+  } operands[] = {{p.q, p.nheads, "q"}, {p.k, p.nheads_k, "k"}, {p.v, p.nheads_k, "v"}};
+  for (const auto& o : operands) {
+    if (!fits(o.op, o.heads)) {
+      *why = std::string(o.name) +
+             ": expected a 16-byte aligned e4m3 tensor with strides that are positive multiples "
+             "of 16 elements (the FP8 kernel reads it in place)";
+      return false;
+    }
+  }
+  const int64_t block_m = 128;
+  const int64_t tiles = static_cast<int64_t>(p.batch) * p.nheads *
+                        ((p.seqlen_q + block_m - 1) / block_m);
+  if (tiles >= (int64_t{1} << 31)) {
+    *why = "q: too many query tiles for the FP8 kernel";
+    return false;
+  }
+  return true;
+}
+
+template <class T, int D>
+Status run_forward_fp8(const core::AttentionParams& params, cudaStream_t stream);
+
+template <class T, int D>
+int forward_fp8_smem_bytes();
 
 }  // namespace flashattn::cuda::sm90

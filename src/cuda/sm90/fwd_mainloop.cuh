@@ -20,7 +20,16 @@
 // Masking: blocks the mask runs through (KeyBlocks) run the masked instantiation of the step,
 // the others carry no mask code. Scores stay in raw units as in every kernel here
 // (score_transform.cuh, online_softmax.cuh).
+//
+// FP8 (Shape::kFp8): Q, K and V are e4m3 and every product steps 32 along K. The raw scores
+// are q8.k8, so the tile's conversions carry q_descale * k_descale of its (batch entry, KV
+// head) (`scores`, with_key_descale()). P is rounded to e4m3 from the S registers as they lie, the
+// transposed V holding its keys in the matching order (fp8_key_at); the weights are scaled by
+// 2^kPLog2Offset first so that they use e4m3's range rather than its subnormals (the epilogue
+// takes the factor off the lse; out's normalization cancels it).
 #pragma once
+
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -54,17 +63,22 @@ __device__ __forceinline__ float (&as_row_tiles(float (&d)[R]))[1][R / 4][4] {
   return *reinterpret_cast<float(*)[1][R / 4][4]>(&d);
 }
 
+// T: the output's element type, and the inputs' unless Shape::kFp8 (then e4m3).
 template <class T, class Shape>
 struct FwdMainloop {
+  static constexpr bool kFp8 = Shape::kFp8;
+  using In = std::conditional_t<kFp8, __nv_fp8_e4m3, T>;
   static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kHeadDim = Shape::kHeadDim;
   static constexpr int kHeadDimV = Shape::kHeadDimV;
-  static constexpr int kPSteps = kBlockN / 16;  // k16 steps of P V
+  static constexpr int kPSteps = kBlockN / Shape::kStepK;  // K steps of P V
+  static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;  // weights up to 256 < 448
   using Storage = FwdStorage<Shape>;
   using Ring = RingPosition<Shape::kStages>;
   using QRows = WgmmaOperand<typename Shape::QTile, Major::kK>;  // A of S: queries x head dim
   using KRows = WgmmaOperand<typename Shape::KTile, Major::kK>;  // B of S: keys x head dim
-  using VCols = WgmmaOperand<typename Shape::VTile, Major::kMN>; // B of O: k = keys, n = d_v
+  // B of O: k = keys, n = d_v; FP8 reads the transposed V (rows d_v, K-major).
+  using VCols = WgmmaOperand<typename Shape::VTile, kFp8 ? Major::kK : Major::kMN>;
 
   const FwdSm90Params& params;
   Storage& smem;
@@ -74,6 +88,7 @@ struct FwdMainloop {
 
   float o[kHeadDimV / 2];
   RowSoftmax<1> softmax;
+  ScoreScales scores;  // the tile's (FP8: descaled)
 
   __device__ __forceinline__ FwdMainloop(const FwdSm90Params& params_, Storage& smem_,
                                          int warpgroup_, int thread)
@@ -107,9 +122,9 @@ struct FwdMainloop {
                                                int slot) const {
     const uint64_t k_desc = KRows::descriptor(addr(smem.k[slot]));
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      warpgroup::mma_ss<kBlockN, T, false, false>(s, QRows::advance(q_desc, ks),
-                                                  KRows::advance(k_desc, ks), ks > 0);
+    for (int ks = 0; ks < kHeadDim / Shape::kStepK; ++ks) {
+      warpgroup::mma_ss<kBlockN, In, false, false>(s, QRows::advance(q_desc, ks),
+                                                   KRows::advance(k_desc, ks), ks > 0);
     }
     warpgroup::commit_group();
   }
@@ -118,7 +133,7 @@ struct FwdMainloop {
     const uint64_t v_desc = VCols::descriptor(addr(smem.v[slot]));
 #pragma unroll
     for (int ks = 0; ks < kPSteps; ++ks) {
-      warpgroup::mma_rs<kHeadDimV, T, true>(o, p[ks], VCols::advance(v_desc, ks), true);
+      warpgroup::mma_rs<kHeadDimV, In, !kFp8>(o, p[ks], VCols::advance(v_desc, ks), true);
     }
     warpgroup::commit_group();
   }
@@ -139,10 +154,10 @@ struct FwdMainloop {
     if constexpr (Shape::kPackGqa) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        raw[half] = slopes[w.head_of(thread_row() + 8 * half)] / params.scores.unit;
+        raw[half] = slopes[w.head_of(thread_row() + 8 * half)] / scores.unit;
       }
     } else {
-      raw[0] = raw[1] = slopes[w.h] / params.scores.unit;
+      raw[0] = raw[1] = slopes[w.h] / scores.unit;
     }
   }
 
@@ -155,21 +170,46 @@ struct FwdMainloop {
     const int row = thread_row();
     constexpr bool kOneHead = !Shape::kPackGqa;  // both rows' slopes are alibi_raw[0]
     transform_scores(
-        masked, as_row_tiles(s), params.scores,
+        masked, as_row_tiles(s), scores,
         alibi_raw[0] != 0.f || (!kOneHead && alibi_raw[1] != 0.f), mask,
         n * kBlockN + 2 * (lane % 4), [&](int, int half) { return w.query_of(row + 8 * half); },
         [&](int, int half) { return alibi_raw[kOneHead ? 0 : half]; });
-    softmax.fold_block(as_row_tiles(s), params.scores.log2_unit, factor);
+    softmax.fold_block(as_row_tiles(s), scores.log2_unit, factor, kPLog2Offset);
   }
 
+  // Two weights to e4m3 (round to nearest, saturating), a in the low byte.
+  static __device__ __forceinline__ uint32_t to_e4m3x2(float a, float b) {
+    return static_cast<uint32_t>(
+        __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+  }
+
+  // The weights of S as the register A operand of P V: pairs of 16-bit weights in the
+  // accumulator's order (wgmma_fragments.cuh), or with FP8 quads of e4m3 weights, register j
+  // of step ks from D registers 16ks + 8(j/2) + 2(j%2) + {0, 1, 4, 5} (fp8_key_at).
   static __device__ __forceinline__ void pack(const float (&s)[kBlockN / 2],
                                               uint32_t (&p)[kPSteps][4]) {
 #pragma unroll
     for (int ks = 0; ks < kPSteps; ++ks) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        p[ks][r] = prim::thread::pack2<T>(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
+        if constexpr (kFp8) {
+          const int d = 16 * ks + 8 * (r / 2) + 2 * (r % 2);
+          p[ks][r] = to_e4m3x2(s[d], s[d + 1]) | (to_e4m3x2(s[d + 4], s[d + 5]) << 16);
+        } else {
+          p[ks][r] = prim::thread::pack2<T>(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
+        }
       }
+    }
+  }
+
+  // The tile's score conversions: the call's, FP8 with the tile's q and k descales.
+  __device__ __forceinline__ ScoreScales tile_scores(const FwdTileWork& w) const {
+    if constexpr (kFp8) {
+      const core::AttentionParams& p = params.p;
+      return with_key_descale(params.scores,
+                              p.q_descale.at(w.b, w.hk) * p.k_descale.at(w.b, w.hk));
+    } else {
+      return params.scores;
     }
   }
 
@@ -198,6 +238,7 @@ struct FwdMainloop {
                                       int mma_thread) {
     const VisibilityMask mask{w.seq.seqlen_q, w.seq.seqlen_k, params.p.window_left,
                               params.p.window_right};
+    scores = tile_scores(w);
     float alibi_raw[2];
     alibi_slopes(w, alibi_raw);
     const uint64_t q_desc =
@@ -226,10 +267,13 @@ struct FwdMainloop {
       fold(std::false_type{}, w, mask, alibi_raw, s, last, factor);
     }
     pack(s, p);
-    const int valid_v_rows = w.seq.seqlen_k - last * kBlockN;
-    if (params.zero_v_tail && valid_v_rows < kBlockN) {
-      mbarrier::wait(addr(&smem.bar.v_full[kv.slot]), kv.full_parity());
-      zero_v_tail(kv.slot, valid_v_rows, mma_thread);
+    // FP8: the transpose writes those rows as zero (fwd_transpose_v.cuh).
+    if constexpr (!kFp8) {
+      const int valid_v_rows = w.seq.seqlen_k - last * kBlockN;
+      if (params.zero_v_tail && valid_v_rows < kBlockN) {
+        mbarrier::wait(addr(&smem.bar.v_full[kv.slot]), kv.full_parity());
+        zero_v_tail(kv.slot, valid_v_rows, mma_thread);
+      }
     }
 
     Ring v_at = kv;  // the block whose P V is due

@@ -10,6 +10,9 @@
 // it; where O is staged in the V ring, the tile's first V also waits for the previous tile's
 // epilogue to have read O back out, while its first two K blocks are loaded during it.
 //
+// FP8 (Shape::kFp8): V lands in the raw ring (raw_full / raw_empty), from which the transposing
+// warps (fwd_transpose_v.cuh) fill the V ring the MMA warpgroups read.
+//
 // kPaged: K and V come from a paged KV cache (FwdPageTable), a key block box by box, each box
 // from the page block_table names for it. Lane i reads the entry of box i and copies that box,
 // so a block waits for one table read rather than one per box in turn. Boxes that start past
@@ -39,6 +42,10 @@ struct FwdProducer {
 
   static constexpr int kThreads = kPaged ? 32 : 1;
   static_assert(!kPaged || Shape::kBlockN / 16 <= 32, "a lane per box of 16 keys or more");
+  static_assert(!kPaged || !Shape::kFp8, "no paged FP8 kernel");
+  // Where V goes: the ring the MMA warpgroups read, or with FP8 the transpose's raw ring.
+  static constexpr bool kVRaw = Shape::kFp8;
+  using VLandTile = typename Shape::VRawTile;
 
   const FwdSm90Params& params;
   Storage& smem;
@@ -100,8 +107,13 @@ struct FwdProducer {
                      &params.k_map, w, n, at);
   }
   __device__ __forceinline__ void load_v(const FwdTileWork& w, int n, const Ring& at) const {
-    load_keys<VTile>(smem.v[at.slot], smem.bar.v_full[at.slot], smem.bar.v_empty[at.slot],
-                     &params.v_map, w, n, at);
+    if constexpr (kVRaw) {
+      load_keys<VLandTile>(smem.v_raw[at.slot], smem.bar.raw_full[at.slot],
+                           smem.bar.raw_empty[at.slot], &params.v_map, w, n, at);
+    } else {
+      load_keys<VTile>(smem.v[at.slot], smem.bar.v_full[at.slot], smem.bar.v_empty[at.slot],
+                       &params.v_map, w, n, at);
+    }
   }
 
   // Run by kThreads threads, which take the same path through it.

@@ -7,9 +7,16 @@
 // each own 64 query rows of the tile. setmaxnreg moves the producer's registers to the MMA
 // warpgroups: 128 x 24 + 256 x 240 (two of them) or 128 x 32 + 384 x 160 (three) fit the 64K
 // register file.
+//
+// kFp8T: q, k and v are e4m3 (the output stays 16-bit). Operand tiles are then 8-bit, in panels
+// of 128 columns, and wgmma steps 32 along K. e4m3 wgmma reads both shared operands K-major,
+// so V, which TMA lands as [keys][d_v] (VRawTile), is transposed in shared memory into VTile
+// ([d_v][keys], keys in fp8_key_at order) by warps 1..3 of the producer warpgroup
+// (fwd_transpose_v.cuh); they keep 40 registers (128 x 40 + 256 x 232 fit).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/forward_tuning.hpp"
 #include "cuda/sm90/swizzle128_tile.cuh"
@@ -22,22 +29,43 @@ struct FwdSm90TableTile {
   static constexpr FwdSm90Tile value = fwd_sm90_tile(D, DV, kNarrow);
 };
 
+// The FP8 table's tile for head dim D (forward_tuning.hpp).
+template <int D>
+struct FwdSm90Fp8TableTile {
+  static constexpr FwdSm90Tile value = fwd_sm90_fp8_tile(D);
+};
+
 // mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,
-// "empty" when every MMA warp (one arrival each) is done with the buffer.
+// "empty" when every MMA warp (one arrival each) is done with the buffer. FP8: v_full/v_empty
+// guard the transposed V (the transposing warps fill it), raw_full/raw_empty the TMA's landing
+// buffer of V (the transposing warps drain it).
 template <int Stages>
 struct alignas(8) FwdBarriers {
   uint64_t q_full, q_empty;
   uint64_t k_full[Stages], k_empty[Stages];
   uint64_t v_full[Stages], v_empty[Stages];
+  uint64_t raw_full[Stages], raw_empty[Stages];
+};
+
+// FP8 only: the ring of V as TMA lands it, before the transpose (an empty base elsewhere).
+template <class Shape, bool kFp8 = Shape::kFp8>
+struct FwdRawV {};
+
+template <class Shape>
+struct FwdRawV<Shape, true> {
+  alignas(1024) uint8_t v_raw[Shape::kStages][Shape::VRawTile::kBytes];
 };
 
 // kPackGqaT: a tile's rows are (query, head) pairs of the query heads of one KV head
 // (fwd_scheduler.cuh's FwdTileWork), the layout of short GQA calls (fwd_sm90_pack_gqa).
-template <int D, int DV, class TileT = FwdSm90TableTile<D, DV>, bool kPackGqaT = false>
+template <int D, int DV, class TileT = FwdSm90TableTile<D, DV>, bool kPackGqaT = false,
+          bool kFp8T = false>
 struct FwdShape {
   static constexpr FwdSm90Tile kTile = TileT::value;
   static constexpr bool kPackGqa = kPackGqaT;
-  static_assert(fwd_sm90_tile_valid(D, DV, kTile), "invalid Hopper forward tile");
+  static constexpr bool kFp8 = kFp8T;
+  static_assert(kFp8 ? fwd_sm90_fp8_tile_valid(D, DV, kTile) : fwd_sm90_tile_valid(D, DV, kTile),
+                "invalid Hopper forward tile");
   static constexpr int kHeadDim = D;
   static constexpr int kHeadDimV = DV;
   static constexpr int kBlockM = kTile.block_m;
@@ -47,30 +75,48 @@ struct FwdShape {
   static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kMmaWarps = kMmaThreads / 32;
-  static constexpr int kProducerRegisters = kMmaWarpgroups == 2 ? 24 : 32;
-  static constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? 240 : 160;
+  static constexpr int kTransposeWarps = kFp8 ? 3 : 0;  // warps 1..3 of warpgroup 0
+  static constexpr int kProducerRegisters = kMmaWarpgroups == 2 ? (kFp8 ? 40 : 24) : 32;
+  static constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (kFp8 ? 232 : 240) : 160;
   static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <= 65536,
                 "the register budgets exceed the register file");
   static_assert(D % 16 == 0 && DV % 16 == 0, "wgmma steps of 16 along K and N");
 
-  // 16-bit tiles in 64-column panels; a head dim that is not a multiple of 64 leaves the last
-  // panel partly unused (TMA fills its columns past the head dim with zeros).
-  static constexpr int kQKCols = fwd_sm90_round_up(D, 64);
-  static constexpr int kVCols = fwd_sm90_round_up(DV, 64);
-  using QTile = Swizzle128Tile<kBlockM, kQKCols>;
-  using KTile = Swizzle128Tile<kBlockN, kQKCols>;
-  using VTile = Swizzle128Tile<kBlockN, kVCols>;  // rows = keys: the MN-major B of O += P V
-  using OTile = Swizzle128Tile<kBlockM, kVCols>;  // the epilogue's staging of O
+  // Operand elements: 2 bytes, or 1 (e4m3); the K of one wgmma (32 bytes of a line).
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int kStepK = 32 / kElemBytes;
+  // Tiles in 128-byte panels (64 or 128 columns); a head dim that is not a multiple of the
+  // panel leaves the last panel partly unused (TMA fills its columns past the head dim with
+  // zeros, and the products stop at the head dim).
+  static constexpr int kPanelCols = 128 / kElemBytes;
+  static constexpr int kQKCols = fwd_sm90_round_up(D, kPanelCols);
+  static constexpr int kVCols = fwd_sm90_round_up(DV, kPanelCols);
+  using QTile = Swizzle128Tile<kBlockM, kQKCols, kElemBytes>;
+  using KTile = Swizzle128Tile<kBlockN, kQKCols, kElemBytes>;
+  // 16-bit: rows = keys, the MN-major B of O += P V, as TMA lands it. FP8: rows = d_v, columns
+  // = the block's keys (fp8_key_at order), the K-major B, written by the transpose from
+  // VRawTile, V as TMA lands it.
+  using VRawTile = Swizzle128Tile<kBlockN, kVCols, kElemBytes>;
+  using VTile = std::conditional_t<
+      kFp8, Swizzle128Tile<DV, fwd_sm90_round_up(kBlockN, kPanelCols), 1>, VRawTile>;
+  // The epilogue's staging of O, 16-bit.
+  using OTile = Swizzle128Tile<kBlockM, fwd_sm90_round_up(DV, 64)>;
 };
 
 // Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O is staged
 // only where shared memory has room for it beside the rings; otherwise the epilogue stores it
 // straight from registers, so that the next tile's V never waits for the previous tile's O
-// and the MMA warpgroups never wait for each other at the end of a tile.
+// and the MMA warpgroups never wait for each other at the end of a tile. With FP8 the V ring
+// holds the transposed V and the raw ring (FwdRawV, an empty base otherwise) what TMA landed.
+template <class Shape>
+constexpr int fwd_sm90_raw_v_bytes() {
+  return Shape::kFp8 ? Shape::kStages * Shape::VRawTile::kBytes : 0;
+}
+
 template <class Shape>
 constexpr bool fwd_sm90_o_fits_apart() {
   return Shape::QTile::kBytes + Shape::kStages * (Shape::KTile::kBytes + Shape::VTile::kBytes) +
-             Shape::OTile::kBytes + 2048 <=
+             fwd_sm90_raw_v_bytes<Shape>() + Shape::OTile::kBytes + 2048 <=
          227 * 1024;
 }
 
@@ -78,7 +124,7 @@ template <class Shape, bool kOStaged = fwd_sm90_o_fits_apart<Shape>()>
 struct FwdStorage;
 
 template <class Shape>
-struct FwdStorage<Shape, true> {
+struct FwdStorage<Shape, true> : FwdRawV<Shape> {
   static constexpr bool kStagesO = true;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];
@@ -88,7 +134,7 @@ struct FwdStorage<Shape, true> {
 };
 
 template <class Shape>
-struct FwdStorage<Shape, false> {
+struct FwdStorage<Shape, false> : FwdRawV<Shape> {
   static constexpr bool kStagesO = false;
   alignas(1024) uint8_t q[Shape::QTile::kBytes];
   alignas(1024) uint8_t k[Shape::kStages][Shape::KTile::kBytes];

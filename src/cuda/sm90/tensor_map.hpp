@@ -1,6 +1,6 @@
-// Host side of the TMA loads (tma_load.cuh): tensor maps of 16-bit elements cut into
-// [box_rows][64] boxes with the 128-byte swizzle, i.e. into the panels of a
-// Swizzle128Tile<box_rows, ...>. cuTensorMapEncodeTiled is a driver function: it is found
+// Host side of the TMA loads (tma_load.cuh): tensor maps of 16-bit (or 8-bit) elements cut
+// into [box_rows][64] (or [box_rows][128]) boxes, 128 bytes wide, with the 128-byte swizzle,
+// i.e. into the panels of a Swizzle128Tile<box_rows, ..., elem_bytes>. cuTensorMapEncodeTiled is a driver function: it is found
 // through the runtime (cudaGetDriverEntryPointByVersion), so nothing links libcuda.
 //
 // Two shapes: a plain row-major matrix (encode_panel_tensor_map), and an attention operand
@@ -19,16 +19,16 @@ namespace flashattn::cuda::sm90 {
 namespace detail {
 
 // cuTensorMapEncodeTiled for `rank` dimensions (sizes innermost first, strides in bytes of
-// every dimension but the first) with boxes of 64 elements by box_rows by box_depth (1 in the
-// dimensions past the third), which land as box_rows * box_depth rows of 64. Empty on
-// success, else what is wrong.
+// every dimension but the first) with boxes of 128 bytes (64 or 128 elements of elem_bytes)
+// by box_rows by box_depth (1 in the dimensions past the third), which land as box_rows *
+// box_depth lines of 128 bytes. Empty on success, else what is wrong.
 inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int rank,
                                          const cuuint64_t* dims, const cuuint64_t* strides,
-                                         uint32_t box_rows, uint32_t box_depth = 1) {
+                                         uint32_t box_rows, uint32_t box_depth, int elem_bytes) {
   // TMA's own limits: 16-byte aligned base and strides, boxes of at most 256 rows.
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "base is not 16-byte aligned";
   for (int i = 0; i + 1 < rank; ++i) {
-    if (strides[i] % 16 != 0) return "a stride is not a multiple of 8 elements";
+    if (strides[i] % 16 != 0) return "a stride is not a multiple of 16 bytes";
     if (strides[i] >= (uint64_t{1} << 40)) return "a stride is 2^40 bytes or more";
   }
   if (box_rows == 0 || box_rows > 256) return "box_rows must be in 1..256";
@@ -50,10 +50,12 @@ inline std::string encode_swizzled_boxes(CUtensorMap* map, const void* base, int
       CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  const cuuint32_t box[4] = {64, box_rows, box_depth, 1};  // 64 elements: the 128-byte swizzle
+  // 128 bytes across: the 128-byte swizzle's line.
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem_bytes), box_rows, box_depth, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult result = reinterpret_cast<Encode>(entry)(
-      map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
+      map, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+      static_cast<cuuint32_t>(rank), const_cast<void*>(base),
       dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -70,15 +72,17 @@ inline std::string encode_panel_tensor_map(CUtensorMap* map, const void* base, u
   if (cols < 64 || row_stride < cols) return "cols must be at least 64 and at most row_stride";
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {row_stride * 2};
-  return detail::encode_swizzled_boxes(map, base, 2, dims, strides, box_rows);
+  return detail::encode_swizzled_boxes(map, base, 2, dims, strides, box_rows, 1, 2);
 }
 
 // Sizes and element strides of an attention operand, as the kernel addresses it: element
 // (col, row, head, batch) is at base + row * row_stride + head * head_stride + batch *
-// batch_stride. A varlen operand is one "batch" entry of all its rows.
+// batch_stride. A varlen operand is one "batch" entry of all its rows. Elements of elem_bytes
+// bytes: 2, or 1 for e4m3.
 struct OperandExtent {
   uint64_t cols, rows, heads, batch;
   int64_t row_stride, head_stride, batch_stride;
+  int elem_bytes = 2;
 };
 
 // The operand (q) in boxes of `group` heads by `queries` rows at coordinates (col, head, row,
@@ -91,23 +95,25 @@ inline std::string encode_packed_heads_tensor_map(CUtensorMap* map, const void* 
     return "strides must be positive";
   }
   const cuuint64_t dims[4] = {e.cols, e.heads, e.rows, e.batch};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.head_stride) * 2,
-                                 static_cast<cuuint64_t>(e.row_stride) * 2,
-                                 static_cast<cuuint64_t>(e.batch_stride) * 2};
-  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, group, queries);
+  const cuuint64_t bytes = static_cast<cuuint64_t>(e.elem_bytes);
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.head_stride) * bytes,
+                                 static_cast<cuuint64_t>(e.row_stride) * bytes,
+                                 static_cast<cuuint64_t>(e.batch_stride) * bytes};
+  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, group, queries, e.elem_bytes);
 }
 
-// The operand in [box_rows][64] boxes at coordinates (col, row, head, batch).
+// The operand in [box_rows][128 bytes] boxes at coordinates (col, row, head, batch).
 inline std::string encode_operand_tensor_map(CUtensorMap* map, const void* base,
                                              const OperandExtent& e, uint32_t box_rows) {
   if (e.row_stride <= 0 || e.head_stride <= 0 || e.batch_stride <= 0) {
     return "strides must be positive";
   }
   const cuuint64_t dims[4] = {e.cols, e.rows, e.heads, e.batch};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.row_stride) * 2,
-                                 static_cast<cuuint64_t>(e.head_stride) * 2,
-                                 static_cast<cuuint64_t>(e.batch_stride) * 2};
-  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, box_rows);
+  const cuuint64_t bytes = static_cast<cuuint64_t>(e.elem_bytes);
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(e.row_stride) * bytes,
+                                 static_cast<cuuint64_t>(e.head_stride) * bytes,
+                                 static_cast<cuuint64_t>(e.batch_stride) * bytes};
+  return detail::encode_swizzled_boxes(map, base, 4, dims, strides, box_rows, 1, e.elem_bytes);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -3,12 +3,14 @@
 // by 4) execute every function here together, with the same arguments except registers.
 //
 //   D[64 x N] (+)= A[64 x 16] . B[16 x N]      fp32 D, bf16 or fp16 A and B
+//   D[64 x N] (+)= A[64 x 32] . B[32 x N]      fp32 D, e4m3 A and B (T = __nv_fp8_e4m3)
 //
 // D lives in N / 2 fp32 registers per thread (wgmma_fragments.cuh gives the map). B is read
 // from shared memory through a descriptor (wgmma_descriptor.cuh); A either through a
 // descriptor too (mma_ss) or from four 32-bit registers per thread (mma_rs). kTransA /
 // kTransB select the MN-major form of a shared-memory operand (A stored [K][M], B stored
 // [K][N], e.g. V of P V); false is the K-major form (B stored [N][K], e.g. K of Q K^T).
+// e4m3 operands have only the K-major form (wgmma_fragments.cuh has their register layout).
 //
 // Ordering, which the hardware does not do for us:
 //   - fence() before the first mma of a chain and whenever this thread wrote D or A's
@@ -26,6 +28,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 

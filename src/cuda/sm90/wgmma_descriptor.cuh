@@ -11,14 +11,16 @@
 // 16-bit elements, before the swizzle XOR that the hardware applies to address bits 4-6
 // from bits 7-9):
 //   K-major:  (row, k) -> start + (row / 8) * SBO + (row % 8) * 128 + k * 2
-//             k stays inside one 128-byte line for a k16 step, so LBO is never used.
+//             k stays inside one 128-byte line for a k16 step, so LBO is never used (the
+//             same with 8-bit elements: k * 1, a k32 step).
 //   MN-major: (k, mn) -> start + (mn / 64) * LBO + (k / 8) * SBO + (k % 8) * 128 + (mn % 64) * 2
 // With a Swizzle128Tile both cases have SBO = 1024 (one 8-line atom); the MN-major LBO is
 // the tile's panel size.
 //
-// Advancing along K by one 16-element step moves only the start address: by 32 bytes inside
-// a panel line (K-major; the XOR is taken from the absolute address bits, so a start inside
-// the line still reads the swizzled chunks right) or by 16 lines (MN-major). Since the start
+// Advancing along K by one step (16 elements of 16 bits, or 32 of 8 bits: one instruction's K)
+// moves only the start address: by 32 bytes inside a panel line (K-major; the XOR is taken
+// from the absolute address bits, so a start inside the line still reads the swizzled chunks
+// right) or by 16 lines (MN-major, 16-bit only: 8-bit operands must be K-major). Since the start
 // field is the low field, a kernel builds the descriptor of step 0 once and adds
 // k_step_bytes(step) / 16, a compile-time constant, to it.
 #pragma once
@@ -44,17 +46,21 @@ constexpr FA_HOST_DEVICE uint64_t encode_descriptor(uint32_t start_addr, uint32_
 }
 
 // How an operand stored as `Tile` is read: as a K-major operand (tile rows = M or N) or as an
-// MN-major one (tile rows = K), by k16 steps.
+// MN-major one (tile rows = K), by steps of kStepK (32 bytes of K: k16 for 16-bit elements,
+// k32 for 8-bit ones).
 template <class Tile, Major kMajor>
 struct WgmmaOperand {
-  static constexpr int kKSteps = (kMajor == Major::kK ? Tile::kCols : Tile::kRows) / 16;
+  static_assert(kMajor == Major::kK || Tile::kElemBytes == 2, "8-bit operands are K-major");
+  static constexpr int kStepK = 32 / Tile::kElemBytes;
+  static constexpr int kKSteps = (kMajor == Major::kK ? Tile::kCols : Tile::kRows) / kStepK;
   static constexpr uint32_t kLeadingBytes = kMajor == Major::kK ? 16 : Tile::kPanelBytes;
   static constexpr uint32_t kStrideBytes = Tile::kAtomBytes;
 
   // Bytes from the tile's start to the first element of k-step `step` (row 0 or column 0,
   // where the swizzle XOR is zero).
   static constexpr FA_HOST_DEVICE uint32_t k_step_bytes(int step) {
-    return kMajor == Major::kK ? Tile::byte_offset(0, 16 * step) : Tile::byte_offset(16 * step, 0);
+    return kMajor == Major::kK ? Tile::byte_offset(0, kStepK * step)
+                               : Tile::byte_offset(kStepK * step, 0);
   }
 
   // Descriptor of k-step `step` of the tile at shared address `tile_addr` (1024-aligned).

@@ -63,11 +63,13 @@ Status kvcache_in_fp32(const Runner& runner) {
   return kvcache_of(p, runner);
 }
 
-// Until the FP8 forward lands (issue 22): e4m3 q, k, v. (An e4m3 KV cache runs:
+// e4m3 q, k, v of a head dim without an FP8 kernel (64, 128, 256 have one on Hopper; other
+// GPUs refuse every e4m3 forward: test_cuda_fp8_forward.cpp). (An e4m3 KV cache runs:
 // test_cuda_kvcache_fp8.cpp.)
-Status forward_in_e4m3(const Runner& runner) {
+Status forward_in_e4m3_hdim32(const Runner& runner) {
   fa_test::Problem p;
   p.dtype = flashattn::DType::kF8E4M3;
+  p.head_dim = 32;
   return forward_of(p, runner);
 }
 
@@ -96,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Refusal{"fp32", "fp32", forward_in_fp32},
                       Refusal{"backward_fp32", "fp32", backward_in_fp32},
                       Refusal{"kvcache_fp32", "fp32", kvcache_in_fp32},
-                      Refusal{"e4m3", "e4m3", forward_in_e4m3}),
+                      Refusal{"e4m3_hdim32", "e4m3", forward_in_e4m3_hdim32}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.feature); });
 
 }  // namespace
