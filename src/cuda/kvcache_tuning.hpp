@@ -40,8 +40,9 @@ constexpr int kv_kernel_head_dim(int head_dim, bool e4m3_cache = false) {
 
 // Decode: 16 packed rows (a GQA group of up to 16 heads at seqlen_q = 1) against 64 keys per
 // stage, 16 per warp. The ring is as deep as two blocks per SM allow (d = 128: 3 stages of
-// 32 KiB, 100 KiB per block). An e4m3 cache (cache_bytes 1) has stages of half the bytes
-// plus one converted block: one more stage keeps as many bytes in flight per SM.
+// 32 KiB, 100 KiB per block). An e4m3 cache (cache_bytes 1) has stages of half the bytes and
+// more work per byte (the conversion): a ring of 4 stages (d = 128, 70 KiB per block) lets
+// three blocks share an SM, whose warps hide each other's conversion and products.
 constexpr KvTile kv_decode_tile(int head_dim, int cache_bytes = 2) {
   if (cache_bytes == 1) return {16, 1, 4, 64, head_dim <= 128 ? 4 : 3};
   return {16, 1, 4, 64, head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2)};
@@ -58,10 +59,11 @@ inline constexpr int kKvDecodeMaxRows = 32;
 // The int64 offsets of the K and V rows of two key blocks (kv_kernel.cuh: row offsets).
 constexpr int kv_row_offset_bytes(KvTile t) { return 2 * 2 * t.block_n * 8; }
 
-// Q, the K/V ring in the cache's element size and, for an e4m3 cache, the K and V blocks
-// converted to q's type (kv_convert.cuh).
+// Q, the K/V ring in the cache's element size and, for an e4m3 cache read by a tile whose
+// warps share keys (warps_m > 1), the K and V blocks converted to q's type (kv_convert.cuh);
+// the decode tile converts in registers (sm80/kv_e4m3_gemm.cuh).
 constexpr int kv_smem_bytes(int head_dim, KvTile t, int cache_bytes = 2) {
-  const int converted = cache_bytes == 2 ? 0 : 2 * t.block_n * head_dim * 2;
+  const int converted = cache_bytes == 2 || t.warps_m == 1 ? 0 : 2 * t.block_n * head_dim * 2;
   return t.block_m * head_dim * 2 + 2 * t.stages * t.block_n * head_dim * cache_bytes +
          converted + kv_row_offset_bytes(t);
 }

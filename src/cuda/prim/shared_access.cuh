@@ -23,6 +23,12 @@ __device__ __forceinline__ float4 load_shared_float4(uint32_t addr) {
   return v;
 }
 
+__device__ __forceinline__ uint2 load_shared_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint4 load_shared_u4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"

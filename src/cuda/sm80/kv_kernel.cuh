@@ -15,12 +15,13 @@
 // visibility mask on blocks that need it), online softmax, O += P V (fwd_gemm.cuh).
 // On sm_90 every block allows the dependent launch (the split-KV combine) at its start.
 //
-// An e4m3 cache (C = __nv_fp8_e4m3): the ring holds the cache's bytes and each block is
-// converted to T on chip before the products (kv_convert.cuh). With the decode tile a warp
-// reads only its own keys of K and V, so it converts those rows itself, fenced by __syncwarp;
-// the prefill tile's warps read every key, so the block converts and then meets at a barrier.
-// k's descale joins the score scale and v's the output's normalization: one factor per block,
-// whose (batch entry, KV head) has one of each.
+// An e4m3 cache (C = __nv_fp8_e4m3): the ring holds the cache's bytes, converted to T on chip.
+// With the decode tile a warp reads only its own keys of K and V, and loads their fragments
+// from the ring and converts them in registers (kv_e4m3_gemm.cuh: the output tiles then hold
+// their columns in another order, undone in the epilogue). The prefill tile's warps read
+// every key: the block converts each block into a tile of T (kv_convert.cuh), meets at a
+// barrier, and runs the 16-bit products. k's descale joins the score scale and v's the
+// output's normalization: one factor per block, whose (batch entry, KV head) has one of each.
 //
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
 // (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes
@@ -39,6 +40,7 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/mma.cuh"
 #include "cuda/sm80/fwd_gemm.cuh"
+#include "cuda/sm80/kv_e4m3_gemm.cuh"
 #include "cuda/common/block_mask.cuh"
 #include "cuda/common/kv_convert.cuh"
 #include "cuda/common/kv_rows.cuh"
@@ -74,6 +76,9 @@ struct KvShape {
   static constexpr int kNT = kWarpKeys / 8;
   static constexpr int kDT = D / 8;
   static constexpr bool kE4m3 = CacheBytes == 1;
+  // e4m3 fragments converted in registers (warps own their keys) or a converted block tile.
+  static constexpr bool kE4m3Registers = kE4m3 && kWarpsM == 1;
+  static constexpr bool kE4m3Tile = kE4m3 && kWarpsM > 1;
   using QTile = SmemTile<kBlockM, D>;
   using KVTile = SmemTile<kBlockN, D>;  // what the products read
   // A ring slot: the K or V block as copied, 16-bit units of D * CacheBytes bytes per row.
@@ -81,7 +86,7 @@ struct KvShape {
   // Shared memory: Q, the K ring, the V ring, [the converted K and V,] the row offsets.
   static constexpr int kRingOffset = QTile::kBytes;
   static constexpr int kConvertedOffset = kRingOffset + 2 * kStages * RingTile::kBytes;
-  static constexpr int kTileBytes = kConvertedOffset + (kE4m3 ? 2 * KVTile::kBytes : 0);
+  static constexpr int kTileBytes = kConvertedOffset + (kE4m3Tile ? 2 * KVTile::kBytes : 0);
   static constexpr int kSmemBytes = kTileBytes + kv_row_offset_bytes(kTile);
   static_assert(kSmemBytes == kv_smem_bytes(D, kTile, CacheBytes),
                 "smem size disagrees with the table");
@@ -129,8 +134,10 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
   auto v_ring = [&](int i) { return ring_smem + (S::kStages + i) * RingTile::kBytes; };
   // The tiles the products read: the ring slot itself, or the one converted block.
   const uint32_t converted_smem = q_smem + S::kConvertedOffset;
-  auto k_buffer = [&](int i) { return S::kE4m3 ? converted_smem : k_ring(i); };
-  auto v_buffer = [&](int i) { return S::kE4m3 ? converted_smem + KVTile::kBytes : v_ring(i); };
+  auto k_buffer = [&](int i) { return S::kE4m3Tile ? converted_smem : k_ring(i); };
+  auto v_buffer = [&](int i) {
+    return S::kE4m3Tile ? converted_smem + KVTile::kBytes : v_ring(i);
+  };
   const int chunks_valid = p.head_dim / 8;                  // of q's rows
   const int cache_chunks_valid = p.head_dim * sizeof(C) / 16;  // of the cache's rows
 
@@ -177,21 +184,15 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
   const warp::LaneOffsets<QTile, KVTile> lanes(lane);
   const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
   const uint32_t kv_warp_offset = KVTile::fixed_offset(warp_key0, 0) * 2;
+  const uint32_t ring_warp_offset = RingTile::fixed_offset(warp_key0, 0) * 2;
+  const warp::E4m3LaneOffsets<QTile, RingTile> e4m3_lanes(lane);
 
-  // An e4m3 cache: ring slot `buffer` into the converted K and V (see the top of the file).
+  // The prefill tile over an e4m3 cache: ring slot `buffer` into the converted K and V.
   auto convert_kv = [&](int buffer) {
     using Block = E4m3Block<T, kBlockN, D>;
-    const uint32_t k_converted = k_buffer(0), v_converted = v_buffer(0);
-    if constexpr (S::kWarpsM == 1) {
-      __syncwarp();  // this warp's reads of the previous block are done
-      Block::template convert<S::kWarpKeys, 32>(k_ring(buffer), k_converted, warp_key0, lane);
-      Block::template convert<S::kWarpKeys, 32>(v_ring(buffer), v_converted, warp_key0, lane);
-      __syncwarp();
-    } else {
-      Block::template convert<kBlockN, S::kThreads>(k_ring(buffer), k_converted, 0, tid);
-      Block::template convert<kBlockN, S::kThreads>(v_ring(buffer), v_converted, 0, tid);
-      __syncthreads();
-    }
+    Block::template convert<kBlockN, S::kThreads>(k_ring(buffer), k_buffer(0), 0, tid);
+    Block::template convert<kBlockN, S::kThreads>(v_ring(buffer), v_buffer(0), 0, tid);
+    __syncthreads();
   };
   // The score conversions and the output factor of this block's (batch entry, KV head).
   const ScoreScales sc =
@@ -219,15 +220,25 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
   auto step = [&](auto masked, int n, int buffer) {
     float s[kMT][kNT][4];
     prim::thread::zero(s);
-    warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
-                                                   k_buffer(buffer) + kv_warp_offset, lanes);
+    if constexpr (S::kE4m3Registers) {
+      warp::qk_scores_e4m3<T, kMT, kNT, D, QTile, RingTile>(
+          s, q_warp_smem, k_ring(buffer) + ring_warp_offset, e4m3_lanes);
+    } else {
+      warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
+                                                     k_buffer(buffer) + kv_warp_offset, lanes);
+    }
     transform_scores(
         masked, s, sc, p.alibi_slopes != nullptr, mask,
         n * kBlockN + warp_key0 + 2 * (lane % 4),
         row_query, row_slope);
     softmax.update(s, o, sc.log2_unit);
-    warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
-                                                     lanes);
+    if constexpr (S::kE4m3Registers) {
+      warp::pv_output_e4m3<T, kMT, kNT, kDT, QTile, RingTile>(
+          o, s, v_ring(buffer) + ring_warp_offset, e4m3_lanes);
+    } else {
+      warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
+                                                       lanes);
+    }
   };
 
   // Prologue: Q, then the first stages-1 key blocks, one commit group each.
@@ -267,7 +278,7 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
     const bool next = ahead + 1 < blocks;
     const int next_page = next ? row_page(n_begin + ahead + 1) : 0;
     const int n = n_begin + it;
-    if constexpr (S::kE4m3) convert_kv(it % S::kStages);
+    if constexpr (S::kE4m3Tile) convert_kv(it % S::kStages);
     if (n >= kb.unmasked_end || n < kb.unmasked_begin) {
       step(masked, n, it % S::kStages);
     } else {
@@ -300,7 +311,9 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
       for (int d = 0; d < kDT; ++d) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          o_smem[slot * kOStride + 8 * d + 2 * (lane % 4) + e] = o[m][d][2 * half + e];
+          const int column = S::kE4m3Registers ? warp::output_column(d, e, lane)
+                                               : 8 * d + 2 * (lane % 4) + e;
+          o_smem[slot * kOStride + column] = o[m][d][2 * half + e];
         }
       }
     }
