@@ -20,12 +20,23 @@
 // Masking: blocks the mask runs through (KeyBlocks) run the masked instantiation of the step,
 // the others carry no mask code. Scores stay in raw units as in every kernel here
 // (score_transform.cuh, online_softmax.cuh).
+//
+// Dropout (kDropout; the instantiation without it carries no dropout code): once a block's
+// weights are folded into the softmax (so the row sums and lse are those of the undropped
+// weights, as in SPEC.md), the keep bits of its elements are drawn (common/dropout.cuh's
+// FwdDropoutMask, the mma.sync kernel's: the same Philox keep-test as the CPU reference) and
+// the dropped weights zeroed, the kept ones scaled by 1/(1-p), before P is packed. The draws
+// come after the previous block's P V has completed, when its P no longer holds registers
+// (drawn while that product runs, they make ptxas spill at d = 128); they overlap the other
+// warpgroups' products. Packed GQA tiles (rows of several heads) are not run with dropout
+// (fwd_launch.cuh).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda/common/block_mask.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/prim/math.cuh"
@@ -54,8 +65,9 @@ __device__ __forceinline__ float (&as_row_tiles(float (&d)[R]))[1][R / 4][4] {
   return *reinterpret_cast<float(*)[1][R / 4][4]>(&d);
 }
 
-template <class T, class Shape>
+template <class T, class Shape, bool kDropout = false>
 struct FwdMainloop {
+  static_assert(!(kDropout && Shape::kPackGqa), "dropout draws for one head per tile");
   static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kHeadDim = Shape::kHeadDim;
   static constexpr int kHeadDimV = Shape::kHeadDimV;
@@ -162,6 +174,15 @@ struct FwdMainloop {
     softmax.fold_block(as_row_tiles(s), params.scores.log2_unit, factor);
   }
 
+  // kDropout: the weights of key block n (s, after fold) with dropout applied; else nothing.
+  // The whole warp calls it (FwdDropoutMask::draw shuffles).
+  __device__ __forceinline__ void drop(const FwdTileWork& w, float (&s)[kBlockN / 2],
+                                       int n) const {
+    FwdDropout<kDropout, 1, kBlockN / 8> keep;
+    keep.draw(params.p, w.b, w.h, w.query_of(thread_row()), n * kBlockN, lane);
+    keep.apply(as_row_tiles(s));
+  }
+
   static __device__ __forceinline__ void pack(const float (&s)[kBlockN / 2],
                                               uint32_t (&p)[kPSteps][4]) {
 #pragma unroll
@@ -225,6 +246,7 @@ struct FwdMainloop {
     } else {
       fold(std::false_type{}, w, mask, alibi_raw, s, last, factor);
     }
+    drop(w, s, last);
     pack(s, p);
     const int valid_v_rows = w.seq.seqlen_k - last * kBlockN;
     if (params.zero_v_tail && valid_v_rows < kBlockN) {
@@ -251,6 +273,7 @@ struct FwdMainloop {
       warpgroup::fence_operands(o);
       release(smem.bar.v_empty[v_at.slot]);
       RowSoftmax<1>::rescale(as_row_tiles(o), factor);
+      drop(w, s, n);
       pack(s, p);
       v_at = kv;
     };
