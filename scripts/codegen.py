@@ -41,13 +41,11 @@ class Direction:
     dropout variant."""
 
     def __init__(self, prefix, macro, families, head_dims, with_dropout, instantiate,
-                 family_head_dims=None, families_without_dropout=()):
+                 family_head_dims=None):
         self.prefix, self.macro = prefix, macro
         self.families, self.head_dims = families, head_dims
         self.family_head_dims = family_head_dims or {}
         self.variants = DROPOUT if with_dropout else {None: ""}
-        # Families of a direction with dropout that compile only the kernel without it.
-        self.families_without_dropout = set(families_without_dropout)
         self.instantiate = instantiate
 
     def source(self, family, ctype, head_dim, dropout):
@@ -63,8 +61,6 @@ class Direction:
             for head_dim in self.family_head_dims.get(family, self.head_dims):
                 for dtype, ctype in DTYPES.items():
                     for dropout, suffix in self.variants.items():
-                        if dropout and family in self.families_without_dropout:
-                            continue
                         name = f"{self.prefix}_{family}_hdim{head_dim}_{dtype}{suffix}.cu"
                         files[name] = self.source(family, ctype, head_dim, dropout)
                         args = [family, ctype, str(head_dim)]
@@ -115,12 +111,12 @@ def kvcache_e4m3_instantiation(ctype, head_dim, _):
 FORWARD_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
 DIRECTIONS = [
-    # The Hopper kernel exists for kFwdSm90HeadDims (forward_tuning.hpp); dropout runs on sm80.
+    # The Hopper kernel exists for kFwdSm90HeadDims (forward_tuning.hpp), with and without
+    # dropout.
     Direction("fwd", "FA_FWD_KERNEL",
               {"sm90": "cuda/sm90/fwd_launch.cuh", "sm80": "cuda/sm80/fwd_launch.cuh"},
               FORWARD_HEAD_DIMS, True, forward_instantiation,
-              family_head_dims={"sm90": [64, 96, 128, 192, 256]},
-              families_without_dropout=["sm90"]),
+              family_head_dims={"sm90": [64, 96, 128, 192, 256]}),
     # The forward reading K/V through a paged KV cache's block_table (prefill against the
     # cache); the API refuses dropout with a KV cache.
     Direction("fwd_paged", "FA_FWD_PAGED_KERNEL",

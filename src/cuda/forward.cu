@@ -3,9 +3,12 @@
 //
 // The kernel is the first entry of instantiations/fwd_list.inc (the Hopper family first) for
 // the call's dtype, compiled head dim and dropout whose family the device runs and which
-// accepts the call's layout, as in the backward (backward.cu). e4m3 (FP8) calls have one
-// family, the Hopper kernel's FP8 shape (instantiations/fwd_fp8_list.inc), which reads its
-// operands in place: there is no padded path for them.
+// accepts the call's layout, as in the backward (backward.cu). Both families have dropout
+// instantiations, so a call with dropout runs where the same call without it would (the
+// Hopper kernel then does not pack GQA: sm90/fwd_launch.cuh); a paged KV cache has no
+// dropout (the API refuses it). e4m3 (FP8) calls have one family, the Hopper kernel's FP8
+// shape (instantiations/fwd_fp8_list.inc), which reads its operands in place: there is no
+// padded path for them, and no dropout (the API refuses it).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -148,6 +151,10 @@ core::AttentionParams padded_shape(const core::AttentionParams& p, int head_dim)
 }
 
 }  // namespace
+
+FwdKernel first_forward_family(const core::AttentionParams& as_run, bool sm90a) {
+  return first_kernel(as_run, sm90a).kernel;
+}
 
 Status choose_kernel(const core::AttentionParams& p, int device, FwdPlan* plan) {
   *plan = FwdPlan{};

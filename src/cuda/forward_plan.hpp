@@ -33,6 +33,12 @@ struct FwdPlan {
 // Ok and the plan when `params` can run on `device`; otherwise why not (kUnsupported).
 Status choose_kernel(const core::AttentionParams& params, int device, FwdPlan* plan);
 
+// choose_kernel's step that needs no device: the family of the first entry of
+// instantiations/fwd_list.inc that takes `as_run` (the params the kernel sees, with a compiled
+// head dim and an aligned layout) on a device that does or does not run sm_90a code; kNone if
+// none does. Tests check the routing with it where no GPU is present.
+FwdKernel first_forward_family(const core::AttentionParams& as_run, bool sm90a);
+
 // The same for the forward over a paged KV cache (forward_paged.cu; kvcache.cu runs it for a
 // prefill): the first family of instantiations/fwd_paged_list.inc that the device runs and that
 // accepts the call. `params` must need no padding (choose_kernel says so for them).

@@ -52,36 +52,49 @@ struct DropoutHead {
 };
 
 // thread:: the forward's keep mask of one key block: rows row0 + 16 m + 8 half, columns
-// key0 + 8 j + 2 (lane % 4) + e of s[MT][NT][4], drawn and applied after the softmax update.
+// key0 + 8 j + 2 (lane % 4) + e of s[MT][NT][4], drawn and applied after the softmax update
+// (the row sums and lse are those of the undropped weights). Both forward kernels use it: the
+// mma.sync kernel's fragments and the wgmma accumulator seen as row tiles
+// (sm90/fwd_mainloop.cuh's as_row_tiles) have this layout.
 // (Drawn before S = Q K^T instead, its bits stay live through the product and ptxas spills
 // far more at d = 128.)
 template <int MT, int NT>
 struct FwdDropoutMask {
-  static_assert(2 * NT <= 32, "two keep bits per column tile in one word");
-  uint32_t bits[MT][2];  // [m][half]: bit 2 j + e set iff element [m][j][2 half + e] is kept
+  static_assert(2 * NT <= 64, "two keep bits per column tile in one word");
+  using Bits = std::conditional_t<(2 * NT <= 32), uint32_t, uint64_t>;
+  Bits bits[MT][2];  // [m][half]: bit 2 j + e set iff element [m][j][2 half + e] is kept
   float rescale;
 
   // For query head h of batch entry b; row0 includes the lane's row g, key0 (a multiple of 8)
   // does not include its column. The whole warp must call it (shuffles).
   __device__ __forceinline__ void draw(const core::AttentionParams& p, int b, int h, int row0,
                                        int key0, int lane) {
+    draw(DropoutHead(p, b, h), row0, key0, lane);
+  }
+  __device__ __forceinline__ void draw(const DropoutHead& d, int row0, int key0, int lane) {
     static_assert(NT % 2 == 0, "tiles drawn in pairs");
     constexpr int kPairs = NT / 2;
     constexpr int kWords = (kPairs + 3) / 4;  // 8 keep bits per pair
-    const DropoutHead d(p, b, h);
     rescale = d.rescale;
     const int t = lane % 4;
     const int quad = lane - t;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      uint32_t drawn[kWords] = {};  // byte jj: the draw of (row half t % 2, tile 2 jj + t / 2)
+      uint32_t drawn[kWords];  // byte jj: the draw of (row half t % 2, tile 2 jj + t / 2)
       // One draw at a time: ptxas -v at d = 128 (sm_90a) spills 236 B so, 364 B with two in
-      // flight and 732 B with four (the output accumulators are live here).
+      // flight and 732 B with four (the output accumulators are live here). The words are
+      // unrolled so that none is indexed at run time (which would put them in local memory).
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        uint32_t word = 0;
 #pragma unroll 1
-      for (int jj = 0; jj < kPairs; ++jj) {
-        const uint32_t bits8 =
-            d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 8 * (2 * jj + t / 2));
-        drawn[jj / 4] |= bits8 << (8 * (jj % 4));
+        for (int k = 0; k < 4 && 4 * w + k < kPairs; ++k) {
+          const int jj = 4 * w + k;
+          const uint32_t bits8 =
+              d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 8 * (2 * jj + t / 2));
+          word |= bits8 << (8 * k);
+        }
+        drawn[w] = word;
       }
       bits[m][0] = bits[m][1] = 0;
 #pragma unroll
@@ -93,7 +106,7 @@ struct FwdDropoutMask {
 #pragma unroll
           for (int jj = 4 * w; jj < 4 * w + 4 && jj < kPairs; ++jj) {
             const int j = 2 * jj + source / 2;
-            bits[m][half] |= ((got >> (8 * (jj % 4) + 2 * t)) & 3u) << (2 * j);
+            bits[m][half] |= static_cast<Bits>((got >> (8 * (jj % 4) + 2 * t)) & 3u) << (2 * j);
           }
         }
       }
@@ -123,6 +136,7 @@ struct FwdDropoutMask {
 template <int MT, int NT>
 struct FwdNoDropoutMask {
   __device__ __forceinline__ void draw(const core::AttentionParams&, int, int, int, int, int) {}
+  __device__ __forceinline__ void draw(const DropoutHead&, int, int, int) {}
   __device__ __forceinline__ void apply(float (&)[MT][NT][4]) const {}
 };
 

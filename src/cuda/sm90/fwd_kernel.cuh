@@ -7,7 +7,9 @@
 //   fwd_epilogue.cuh   O and lse out
 // over the shared memory of fwd_shape.cuh. kPaged reads K and V through a paged KV cache's
 // block_table (the cache's prefill); only the producer differs. Shape::kFp8 reads e4m3 q, k
-// and v (T is then the output's type). Dropout runs on the sm80 kernel (forward.cu's plan).
+// and v (T is then the output's type). kDropout applies dropout to the weights in the
+// mainloop (fwd_mainloop.cuh); a KV cache call and an FP8 call have no dropout, so they never
+// meet it.
 //
 // The body is compiled in the sm_90a device pass only; the dispatch runs this kernel only on a
 // device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -46,12 +48,12 @@ __device__ __forceinline__ void init_barriers(FwdStorage<Shape>& smem) {
 }
 
 // Each MMA warpgroup: its rows of every tile of the block.
-template <class T, class Shape>
+template <class T, class Shape, bool kDropout>
 __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
                                                   FwdStorage<Shape>& smem, int warpgroup,
                                                   int thread) {
   const auto scheduler = tile_scheduler<Shape>(params);
-  FwdMainloop<T, Shape> mainloop(params, smem, warpgroup, thread);
+  FwdMainloop<T, Shape, kDropout> mainloop(params, smem, warpgroup, thread);
   const FwdEpilogue<T, Shape> epilogue{params, smem, warpgroup, thread};
   RingPosition<Shape::kStages> kv;
   uint32_t tile_parity = 0;  // of the tiles with keys this block has computed so far
@@ -69,9 +71,10 @@ __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
   }
 }
 
-template <class T, class Shape, bool kPaged>
+template <class T, class Shape, bool kPaged, bool kDropout>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdSm90Params params) {
+  static_assert(!(kPaged && kDropout), "a KV cache call has no dropout");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   // The swizzled tiles need 1024-byte alignment, which dynamic shared memory does not promise.
@@ -94,7 +97,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     }
   } else {
     warpgroup::raise_registers<Shape::kMmaRegisters>();
-    run_mma_warpgroup<T, Shape>(params, smem, warpgroup - 1, static_cast<int>(threadIdx.x) % 128);
+    run_mma_warpgroup<T, Shape, kDropout>(params, smem, warpgroup - 1,
+                                          static_cast<int>(threadIdx.x) % 128);
   }
 #endif
 }

@@ -51,8 +51,8 @@ inline OperandExtent page_extent(const core::KVCacheParams& p, const core::Opera
 }
 
 // The kernel of `Shape` for `p` (head dims Shape's) on `stream`; with kPaged, K and V come from
-// the pages of `cache` (p is then the cache call's params).
-template <class T, class Shape, bool kPaged = false>
+// the pages of `cache` (p is then the cache call's params); kDropout: p's dropout.
+template <class T, class Shape, bool kPaged = false, bool kDropout = false>
 Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
                       const core::KVCacheParams* cache = nullptr) {
   if (p.batch == 0 || p.nheads == 0 || p.seqlen_q == 0) return Status::Ok();
@@ -112,7 +112,7 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
     }
   }
 
-  auto kernel = &fwd_kernel<T, Shape, kPaged>;
+  auto kernel = &fwd_kernel<T, Shape, kPaged, kDropout>;
   constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -124,21 +124,24 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
 }
 
 // The table's tile for the call, or its narrow one (fwd_sm90_use_narrow); short GQA calls
-// with the query heads of a KV head packed into the narrow tile (fwd_sm90_pack_gqa).
+// with the query heads of a KV head packed into the narrow tile (fwd_sm90_pack_gqa), except
+// with dropout: its draws are per head, and a packed tile's rows are of several heads, so
+// dropout calls run one head per tile (the packing is a speed choice; the result is the same).
 template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
-  static_assert(!kDropout, "dropout runs on the sm80 forward");
   using Narrow = FwdSm90TableTile<D, D, true>;
-  if (fwd_sm90_pack_gqa(p.nheads, p.nheads_k, p.seqlen_q, Narrow::value.block_m)) {
-    return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
+  if constexpr (!kDropout) {
+    if (fwd_sm90_pack_gqa(p.nheads, p.nheads_k, p.seqlen_q, Narrow::value.block_m)) {
+      return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
+    }
   }
   constexpr bool kTwoTiles = !(Narrow::value == FwdSm90TableTile<D, D>::value);
   if constexpr (kTwoTiles && fwd_sm90_dense_may_narrow(D)) {
     if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
-      return launch_forward<T, FwdShape<D, D, Narrow>>(p, stream);
+      return launch_forward<T, FwdShape<D, D, Narrow>, false, kDropout>(p, stream);
     }
   }
-  return launch_forward<T, FwdShape<D, D>>(p, stream);
+  return launch_forward<T, FwdShape<D, D>, false, kDropout>(p, stream);
 }
 
 template <class T, int D>

@@ -58,7 +58,7 @@ constexpr int forward_paged_block_m() {
   return forward_block_m<D>();
 }
 
-// kDropout must be false: dropout runs on the sm80 kernel.
+// kDropout: the call has dropout (its own instantiation, which never packs GQA).
 template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& params, cudaStream_t stream);
 

@@ -27,6 +27,16 @@
 // transposed V holding its keys in the matching order (fp8_key_at); the weights are scaled by
 // 2^kPLog2Offset first so that they use e4m3's range rather than its subnormals (the epilogue
 // takes the factor off the lse; out's normalization cancels it).
+//
+// Dropout (kDropout; the instantiation without it carries no dropout code): once a block's
+// weights are folded into the softmax (so the row sums and lse are those of the undropped
+// weights, as in SPEC.md), the keep bits of its elements are drawn (common/dropout.cuh's
+// FwdDropoutMask, the mma.sync kernel's: the same Philox keep-test as the CPU reference) and
+// the dropped weights zeroed, the kept ones scaled by 1/(1-p), before P is packed. The draws
+// come after the previous block's P V has completed, when its P no longer holds registers
+// (drawn while that product runs, they make ptxas spill at d = 128); they overlap the other
+// warpgroups' products. Packed GQA tiles (rows of several heads) are not run with dropout
+// (fwd_launch.cuh).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -35,6 +45,7 @@
 #include <type_traits>
 
 #include "cuda/common/block_mask.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/prim/math.cuh"
@@ -64,8 +75,10 @@ __device__ __forceinline__ float (&as_row_tiles(float (&d)[R]))[1][R / 4][4] {
 }
 
 // T: the output's element type, and the inputs' unless Shape::kFp8 (then e4m3).
-template <class T, class Shape>
+template <class T, class Shape, bool kDropout = false>
 struct FwdMainloop {
+  static_assert(!(kDropout && Shape::kPackGqa), "dropout draws for one head per tile");
+  static_assert(!(kDropout && Shape::kFp8), "FP8 attention has no dropout (the API refuses it)");
   static constexpr bool kFp8 = Shape::kFp8;
   using In = std::conditional_t<kFp8, __nv_fp8_e4m3, T>;
   static constexpr int kBlockN = Shape::kBlockN;
@@ -186,6 +199,16 @@ struct FwdMainloop {
   // The weights of S as the register A operand of P V: pairs of 16-bit weights in the
   // accumulator's order (wgmma_fragments.cuh), or with FP8 quads of e4m3 weights, register j
   // of step ks from D registers 16ks + 8(j/2) + 2(j%2) + {0, 1, 4, 5} (fp8_key_at).
+
+  // kDropout: the weights of key block n (s, after fold) with dropout applied; else nothing.
+  // The whole warp calls it (FwdDropoutMask::draw shuffles).
+  __device__ __forceinline__ void drop(const FwdTileWork& w, float (&s)[kBlockN / 2],
+                                       int n) const {
+    FwdDropout<kDropout, 1, kBlockN / 8> keep;
+    keep.draw(params.p, w.b, w.h, w.query_of(thread_row()), n * kBlockN, lane);
+    keep.apply(as_row_tiles(s));
+  }
+
   static __device__ __forceinline__ void pack(const float (&s)[kBlockN / 2],
                                               uint32_t (&p)[kPSteps][4]) {
 #pragma unroll
@@ -266,6 +289,7 @@ struct FwdMainloop {
     } else {
       fold(std::false_type{}, w, mask, alibi_raw, s, last, factor);
     }
+    drop(w, s, last);
     pack(s, p);
     // FP8: the transpose writes those rows as zero (fwd_transpose_v.cuh).
     if constexpr (!kFp8) {
@@ -295,6 +319,7 @@ struct FwdMainloop {
       warpgroup::fence_operands(o);
       release(smem.bar.v_empty[v_at.slot]);
       RowSoftmax<1>::rescale(as_row_tiles(o), factor);
+      drop(w, s, n);
       pack(s, p);
       v_at = kv;
     };

@@ -5,7 +5,10 @@
 // check catches a mask drawn from another seed). In fp16 and bf16: every head dim with a
 // kernel and padded ones, odd lengths, causal, windows, ALiBi and softcap, GQA, varlen with
 // empty sequences and seqused_k; lse untouched by dropout; seeds and offsets that differ give
-// different masks, equal ones the same output bit for bit.
+// different masks, equal ones the same output bit for bit. On a device that runs the Hopper
+// forward, the forward tests run it (a call with dropout runs where it would without:
+// CudaForwardPlan.DropoutOnTheHopperKernel), ForwardHopperTiles each of its tiles; with
+// FLASHATTN_DISABLE_SM90=1 (gpu-check's second pass) the same tests run the sm80 kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,6 +131,28 @@ TEST_P(CudaDropout, ForwardGqaAndVarlen) {
     expect_forward_passes(p);
   }
   expect_forward_passes(dropped_varlen(2, 1, 256, {70, 33}, {90, 130}, 0.2f));
+}
+
+// The Hopper forward's tiles (forward_tuning.hpp) with dropout, each over several key blocks so
+// that the mainloop's steps draw as well as its first block: d = 64's 192 x 128 (three MMA
+// warpgroups) and, causal, its 128 x 128; d = 128's 128 x 176 past kFwdSm90NarrowKeys keys
+// (22 column tiles: 64-bit keep masks) and its 128 x 128; d = 96, 192, and 256 causal past 512
+// keys. Then a short GQA call, whose heads the kernel packs without dropout but not with it,
+// and more tiles than an H200 has SMs, so a persistent block runs several (in causal pairs).
+// On other devices they run the sm80 kernel and check the same.
+TEST_P(CudaDropout, ForwardHopperTiles) {
+  const std::pair<Shape, bool> cases[] = {  // the shape, causal
+      {{1, 2, 1, 200, 700, 64}, false},  {{1, 2, 1, 200, 700, 64}, true},
+      {{1, 2, 1, 150, 2200, 128}, false}, {{1, 2, 1, 150, 700, 128}, true},
+      {{1, 2, 2, 140, 500, 96}, false},  {{1, 2, 2, 140, 500, 192}, true},
+      {{1, 2, 1, 140, 600, 256}, true},  {{2, 8, 2, 16, 300, 128}, false},
+      {{2, 16, 4, 600, 600, 64}, true},  {{2, 16, 4, 300, 450, 128}, false},
+  };
+  for (const auto& [shape, causal] : cases) {
+    Problem p = dropped(shape, 0.2f);
+    p.causal = causal;
+    expect_forward_passes(p);
+  }
 }
 
 // lse is the log-sum-exp of the undropped scores: the same with and without dropout.
@@ -269,7 +294,9 @@ TEST_P(CudaDropout, BackwardOddLengthsGqaVarlenAndFeatures) {
 }
 
 // Small problems that scripts/gpu-check also runs under compute-sanitizer (memcheck,
-// racecheck): the forward and backward dropout kernels, one tile shape each.
+// racecheck): the forward and backward dropout kernels, one tile shape each (on a Hopper GPU
+// the Hopper forward and backward; gpu-check's second pass the sm80 ones), and the Hopper
+// forward's widest key block with dropout over several blocks.
 using CudaDropoutSanitize = CudaTest;
 
 TEST_F(CudaDropoutSanitize, SmallProblems) {
@@ -279,6 +306,13 @@ TEST_F(CudaDropoutSanitize, SmallProblems) {
   Problem wide = dense_problem(DType::kF16, {1, 1, 1, 33, 70, 256}, 12);
   wide.dropout_p = 0.3f;
   for (const Problem& p : {causal, wide}) expect_passes(fa_test::check_backward(p, cuda_runner()));
+}
+
+TEST_F(CudaDropoutSanitize, ForwardWideKeyBlocks) {
+  // d = 128 past 2048 keys: the 128 x 176 tile, 13 key blocks.
+  Problem p = dense_problem(DType::kBF16, {1, 1, 1, 70, 2100, 128}, 13);
+  p.dropout_p = 0.2f;
+  expect_passes(fa_test::check_forward(p, cuda_runner()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtype, CudaDropout, ::testing::Values(DType::kF16, DType::kBF16),

@@ -1,11 +1,12 @@
 // Which forward kernel runs (forward.cu's choose_kernel, the one decision that forward() and
 // supported() take): on a device that runs this build's sm_90a code, the Hopper kernel for
-// every compiled Hopper head dim without dropout, padded head dims included, and the sm80
-// kernel for dropout, head dims up to 32, layouts TMA cannot address and the cells the tuning
-// table gives the sm80 kernel (fwd_sm90_faster); elsewhere, and with
-// FLASHATTN_DISABLE_SM90 set, always the sm80 kernel. The same for the prefill over a paged KV
-// cache (choose_paged_kernel). The forward and KV-cache suites then check the results of
-// whichever runs (gpu-check runs them both ways on a Hopper GPU).
+// every compiled Hopper head dim with and without dropout, padded head dims included, and the
+// sm80 kernel for head dims up to 32, layouts TMA cannot address and the cells the tuning
+// table gives the sm80 kernel (fwd_sm90_faster); elsewhere, and with FLASHATTN_DISABLE_SM90
+// set, always the sm80 kernel. The same for the prefill over a paged KV cache
+// (choose_paged_kernel). The forward, dropout and KV-cache suites then check the results of
+// whichever runs (gpu-check runs them both ways on a Hopper GPU). The ForwardFamily tests
+// check the list step (first_forward_family) for both kinds of device without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -88,9 +89,6 @@ TEST_F(CudaForwardPlan, HopperKernelForItsHeadDims) {
 }
 
 TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
-  flashattn::core::AttentionParams dropout = dense_params(128);
-  dropout.dropout_p = 0.1f;
-  EXPECT_EQ(plan_of(dropout).kernel, FwdKernel::kSm80) << "dropout";
   EXPECT_EQ(plan_of(dense_params(32)).kernel, FwdKernel::kSm80) << "d = 32";
   flashattn::core::AttentionParams reversed = dense_params(128);
   reversed.k.row_stride = -reversed.k.row_stride;  // a view walking k backwards
@@ -101,6 +99,36 @@ TEST_F(CudaForwardPlan, Sm80KernelForWhatHopperDoesNotRun) {
   EXPECT_EQ(plan_of(short_causal).kernel, FwdKernel::kSm80) << "d = 256, causal, 512 keys";
   short_causal.seqlen_k = 513;  // bottom-right aligned causal, one key more
   EXPECT_EQ(plan_of(short_causal).kernel, hopper_or_sm80()) << "d = 256, causal, 513 keys";
+}
+
+// Dropout runs where the call without it would: the Hopper kernel for its head dims, causal
+// or not, padded or not, GQA calls short enough to pack their heads without dropout
+// included; the sm80 kernel where the call without dropout takes it.
+TEST_F(CudaForwardPlan, DropoutOnTheHopperKernel) {
+  for (int d : {40, 64, 96, 128, 192, 256}) {
+    for (bool causal : {false, true}) {
+      flashattn::core::AttentionParams p = dense_params(d);
+      p.dropout_p = 0.1f;
+      if (causal) p.window_right = 0;
+      const FwdPlan plan = plan_of(p);
+      EXPECT_EQ(plan.kernel, hopper_or_sm80()) << "d = " << d << (causal ? ", causal" : "");
+      EXPECT_EQ(plan.padded, d == 40) << "d = " << d;
+    }
+  }
+  flashattn::core::AttentionParams packs = dense_params(128);  // 4 query heads per KV head
+  packs.seqlen_q = 16;
+  packs.total_q = packs.batch * packs.seqlen_q;
+  packs.q.batch_stride = packs.out.batch_stride = packs.q.row_stride * packs.seqlen_q;
+  packs.dropout_p = 0.2f;
+  EXPECT_EQ(plan_of(packs).kernel, hopper_or_sm80()) << "short GQA call";
+  flashattn::core::AttentionParams small = dense_params(32);
+  small.dropout_p = 0.1f;
+  EXPECT_EQ(plan_of(small).kernel, FwdKernel::kSm80) << "d = 32";
+  flashattn::core::AttentionParams short_causal = dense_params(256);
+  short_causal.seqlen_q = short_causal.seqlen_k = 512;
+  short_causal.window_right = 0;
+  short_causal.dropout_p = 0.1f;
+  EXPECT_EQ(plan_of(short_causal).kernel, FwdKernel::kSm80) << "d = 256, causal, 512 keys";
 }
 
 // Decoding through the plain forward: at most kKvDecodeMaxRows query rows per KV head take
@@ -123,7 +151,42 @@ TEST_F(CudaForwardPlan, ShortQueriesTakeTheDecodeRoute) {
   EXPECT_EQ(plan_of(with_queries(9)).kernel, hopper_or_sm80()) << "36 rows per KV head";
   flashattn::core::AttentionParams dropout = with_queries(1);
   dropout.dropout_p = 0.1f;
-  EXPECT_EQ(plan_of(dropout).kernel, FwdKernel::kSm80) << "dropout";
+  EXPECT_EQ(plan_of(dropout).kernel, hopper_or_sm80()) << "dropout";
+}
+
+// The list step on its own, for a device with and one without sm_90a code: it needs no GPU,
+// so it runs wherever the CUDA build's tests run.
+TEST(ForwardFamily, DropoutRunsWhereTheCallWithoutItDoes) {
+  using flashattn::cuda::first_forward_family;
+  for (auto dtype : {flashattn::core::ElementType::kBF16, flashattn::core::ElementType::kF16}) {
+    for (int d : {64, 96, 128, 192, 256}) {
+      for (bool causal : {false, true}) {
+        for (float dropout_p : {0.f, 0.1f}) {
+          flashattn::core::AttentionParams p = dense_params(d);
+          p.dtype = dtype;
+          p.dropout_p = dropout_p;
+          if (causal) p.window_right = 0;
+          const std::string what = "d = " + std::to_string(d) + (causal ? ", causal" : "") +
+                                   ", dropout " + std::to_string(dropout_p);
+          EXPECT_EQ(first_forward_family(p, /*sm90a=*/true), FwdKernel::kSm90) << what;
+          EXPECT_EQ(first_forward_family(p, /*sm90a=*/false), FwdKernel::kSm80) << what;
+        }
+      }
+    }
+  }
+  flashattn::core::AttentionParams small = dense_params(32);
+  small.dropout_p = 0.1f;
+  EXPECT_EQ(first_forward_family(small, true), FwdKernel::kSm80) << "d = 32";
+  flashattn::core::AttentionParams short_causal = dense_params(256);
+  short_causal.seqlen_q = short_causal.seqlen_k = 512;
+  short_causal.window_right = 0;
+  short_causal.dropout_p = 0.1f;
+  EXPECT_EQ(first_forward_family(short_causal, true), FwdKernel::kSm80)
+      << "d = 256, causal, 512 keys";
+  flashattn::core::AttentionParams reversed = dense_params(128);
+  reversed.k.row_stride = -reversed.k.row_stride;
+  reversed.dropout_p = 0.1f;
+  EXPECT_EQ(first_forward_family(reversed, true), FwdKernel::kSm80) << "negative k row stride";
 }
 
 // A paged KV cache of 64 pages of `page_size` rows over the dense problem's q: the prefill's
