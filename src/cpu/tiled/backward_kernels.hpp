@@ -510,6 +510,12 @@ inline void dkdv_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const B
   }
 }
 
+// Whether the non-empty range `r` meets [lo, lo + count): a tile at lo that a grouped block's
+// rows or keys reach.
+inline bool meets(const core::KeyRange& r, int lo, int count) {
+  return r.begin < r.end && r.begin < lo + count && lo < r.end;
+}
+
 // Query blocks [q_block, q_block + blocks) (blocks <= kGroupB) of (sequence b, head h): dq.
 template <ElementType Type>
 void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_block,
@@ -542,10 +548,7 @@ void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_b
   for (int key0 = keys.begin / kBlockK * kBlockK; key0 < keys.end; key0 += kBlockK) {
     bool tile_loaded = false;
     for (int g = 0; g < loaded; ++g) {
-      if (block_keys[g].end <= key0 || key0 + kBlockK <= block_keys[g].begin ||
-          block_keys[g].begin >= block_keys[g].end) {
-        continue;
-      }
+      if (!meets(block_keys[g], key0, kBlockK)) continue;
       if (!tile_loaded) {
         load_key_block<Type>(params, seq, hk, key0, std::min(kBlockK, seq.seqlen_k - key0),
                              true, t, &k);
@@ -609,10 +612,7 @@ void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int 
     for (int row0 = rows.begin / kBlockQ * kBlockQ; row0 < rows.end; row0 += kBlockQ) {
       bool block_loaded = false;
       for (int g = 0; g < loaded; ++g) {
-        if (block_rows[g].end <= row0 || row0 + kBlockQ <= block_rows[g].begin ||
-            block_rows[g].begin >= block_rows[g].end) {
-          continue;
-        }
+        if (!meets(block_rows[g], row0, kBlockQ)) continue;
         if (!block_loaded) {
           load_query_block<Type>(params, seq, h, row0, std::min(kBlockQ, seq.seqlen_q - row0),
                                  rule.scale, t, &q);

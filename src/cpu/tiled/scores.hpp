@@ -74,6 +74,22 @@ inline void finish_scores(const ScoreRule& rule, const TileColumns& columns, int
   }
 }
 
+// The online softmax's step for kLanes columns whose block max is `block_max`: each state's
+// max raised to it, factors[l] the rescale of what the state held; returns the max to
+// subtract from the block's scores.
+inline VecF raise_max(VecF block_max, core::SoftmaxRow* states, float* factors) {
+  float subtrahend[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    core::SoftmaxRow& state = states[l];
+    // A block that does not raise the max leaves the state as it is (rescale_to would
+    // multiply by exp(0) = 1): most blocks, once the first few have been seen.
+    factors[l] = block_max[l] <= state.max ? 1.f : state.rescale_to(block_max[l]);
+    // A row that has seen only masked keys keeps max = -inf; exp(-inf - 0) = 0.
+    subtrahend[l] = state.max == -INFINITY ? 0.f : state.max;
+  }
+  return load(subtrahend);
+}
+
 // FlashAttention-2's online softmax over one key block: folds the block's row maxima into
 // `states`, replaces the scores by exp(s - max) and adds their sums. factors[i] is what
 // row i of the running output must be multiplied by (core::SoftmaxRow::rescale_to).
@@ -82,16 +98,7 @@ inline void softmax_update(float* s, int64_t ld, int keys, int cols, core::Softm
   for (int c = 0; c < cols; c += kLanes) {
     VecF block_max = splat(-INFINITY);
     for (int j = 0; j < keys; ++j) block_max = max_ignoring_nan(block_max, load(s + j * ld + c));
-    float subtrahend[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      core::SoftmaxRow& state = states[c + l];
-      // A block that does not raise the max leaves the state as it is (rescale_to would
-      // multiply by exp(0) = 1): most blocks, once the first few have been seen.
-      factors[c + l] = block_max[l] <= state.max ? 1.f : state.rescale_to(block_max[l]);
-      // A row that has seen only masked keys keeps max = -inf; exp(-inf - 0) = 0.
-      subtrahend[l] = state.max == -INFINITY ? 0.f : state.max;
-    }
-    const VecF row_max = load(subtrahend);
+    const VecF row_max = raise_max(block_max, states + c, factors + c);
     VecF sum{};
     for (int j = 0; j < keys; ++j) {
       const VecF p = exp_nonpositive(load(s + j * ld + c) - row_max);
@@ -117,13 +124,7 @@ inline void softmax_update_pairs(const float* s, int64_t ld, int keys, int depth
     VecF block_max = splat(-INFINITY);
     for (int j = 0; j < keys; ++j) block_max = max_ignoring_nan(block_max, load(s + j * ld + c));
     block_max = block_max * factor;
-    float subtrahend[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      core::SoftmaxRow& state = states[c + l];
-      factors[c + l] = block_max[l] <= state.max ? 1.f : state.rescale_to(block_max[l]);
-      subtrahend[l] = state.max == -INFINITY ? 0.f : state.max;
-    }
-    const VecF row_max = load(subtrahend);
+    const VecF row_max = raise_max(block_max, states + c, factors + c);
     VecF sum{};
     const auto probability = [&](int j) {
       const VecF value = exp_nonpositive(load(s + j * ld + c) * factor - row_max);
