@@ -1,9 +1,9 @@
 """The library's dropout keep-test in numpy (src/core/philox.hpp, Philox4x32-10), for
 materializing the dropout pattern of return_attn_probs. The counter is
-(col // 8, row, batch * nheads + head, offset low word) and the key is
-(seed low word, seed high word + offset high word); the draw's 16-bit value col % 8 (the
-low half of word (col % 8) // 2 for even columns, the high half for odd) is compared with
-round(p * 2**16)."""
+(col // 16, row, batch * nheads + head, offset low word) and the key is
+(seed low word, seed high word + offset high word); the draw's byte col % 16 (byte
+col % 4 of word (col % 16) // 4, the lowest byte first) is compared with round(p * 256),
+saturated at 255."""
 import numpy as np
 
 _MUL = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
@@ -32,8 +32,8 @@ def philox4x32_10(counter, key):
 
 
 def drop_threshold(p):
-    scaled = float(np.float32(p)) * 65536.0 + 0.5
-    return 0xFFFF if scaled >= 65535.0 else int(scaled)
+    scaled = float(np.float32(p)) * 256.0 + 0.5
+    return 0xFF if scaled >= 255.0 else int(scaled)
 
 
 def keep_mask(seed, offset, bh, rows, cols, dropout_p):
@@ -42,9 +42,9 @@ def keep_mask(seed, offset, bh, rows, cols, dropout_p):
     offset &= 0xFFFFFFFFFFFFFFFF
     row = np.arange(rows, dtype=np.uint32)[:, None]
     col = np.arange(cols, dtype=np.uint32)[None, :]
-    counter = (col >> np.uint32(3), row, np.uint32(bh), np.uint32(offset & 0xFFFFFFFF))
+    counter = (col >> np.uint32(4), row, np.uint32(bh), np.uint32(offset & 0xFFFFFFFF))
     key = (seed & 0xFFFFFFFF, ((seed >> 32) + (offset >> 32)) & 0xFFFFFFFF)
     words = np.broadcast_arrays(*philox4x32_10(counter, key))
-    word = np.choose(((col & np.uint32(7)) >> np.uint32(1)).astype(np.intp), words)
-    drawn = (word >> ((col & np.uint32(1)) * np.uint32(16))) & np.uint32(0xFFFF)
+    word = np.choose(((col & np.uint32(15)) >> np.uint32(2)).astype(np.intp), words)
+    drawn = (word >> ((col & np.uint32(3)) * np.uint32(8))) & np.uint32(0xFF)
     return drawn >= np.uint32(drop_threshold(dropout_p))

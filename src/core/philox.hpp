@@ -3,13 +3,13 @@
 // device so the CPU and CUDA backends drop exactly the same elements and the backward
 // regenerates the forward's mask without storing it.
 //
-// Counter = (col / 8, row, b * nheads + h, low 32 bits of offset); key = (low 32 bits of
+// Counter = (col / 16, row, b * nheads + h, low 32 bits of offset); key = (low 32 bits of
 // seed, high 32 bits of seed + high 32 bits of offset). One draw yields four 32-bit words,
-// read as eight 16-bit values: column 8c + i takes value i (the low half of word i / 2 for
-// even i, the high half for odd i). An element is kept iff its value is
-// >= drop_threshold = round(p * 2^16). Sixteen bits per element rather than thirty-two
-// halve the Philox work of a kernel (the dropout forward's main cost) and still resolve p
-// to 2^-16 (FlashAttention-2 uses eight bits).
+// read as sixteen bytes: column 16c + i takes byte i % 4 of word i / 4 (the lowest byte
+// first). An element is kept iff its byte is >= drop_threshold = round(p * 256), saturated
+// at 255. Eight bits per element, as FlashAttention-2 draws them, make one Philox call cover
+// sixteen elements: the Philox work is the dropout kernels' main cost. p is resolved to
+// 1/256 (the drop probability is drop_threshold / 256); survivors are scaled by 1/(1-p).
 #pragma once
 
 #include <cstdint>
@@ -51,52 +51,53 @@ FA_HOST_DEVICE PhiloxWords philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, 
   return {{c0, c1, c2, c3}};
 }
 
-inline constexpr int kDropoutColumnsPerDraw = 8;
+inline constexpr int kDropoutColumnsPerDraw = 16;
 
-// The draw that covers columns 8 * (col / 8) .. 8 * (col / 8) + 7 of one row.
+// The draw that covers columns 16 * (col / 16) .. 16 * (col / 16) + 15 of one row.
 FA_HOST_DEVICE PhiloxWords dropout_draws(uint64_t seed, uint64_t offset, uint32_t bh,
                                          uint32_t row, uint32_t col) {
-  return philox4x32_10(col >> 3, row, bh, static_cast<uint32_t>(offset),
+  return philox4x32_10(col >> 4, row, bh, static_cast<uint32_t>(offset),
                        static_cast<uint32_t>(seed),
                        static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(offset >> 32));
 }
 
-// The 16-bit value of column 8 c + i (i < 8) in the draw of group c.
+// The 8-bit value of column 16 c + i (i < 16) in the draw of group c.
 FA_HOST_DEVICE uint32_t dropout_value(const PhiloxWords& draws, uint32_t i) {
-  return (draws.w[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+  return (draws.w[i >> 2] >> (8 * (i & 3))) & 0xFFu;
 }
 
 FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, uint32_t row,
                                  uint32_t col, uint32_t drop_threshold) {
-  return dropout_value(dropout_draws(seed, offset, bh, row, col), col & 7) >= drop_threshold;
+  return dropout_value(dropout_draws(seed, offset, bh, row, col), col & 15) >= drop_threshold;
 }
 
-// Bit i (i < 8) set iff dropout keeps column 8 * (col / 8) + i of `row`: the keep-test of
-// eight neighbouring columns from their one Philox draw (what a kernel calls).
+// Bit i (i < 16) set iff dropout keeps column 16 * (col / 16) + i of `row`: the keep-test of
+// sixteen neighbouring columns from their one Philox draw (what a kernel calls).
 FA_HOST_DEVICE uint32_t dropout_keep_bits(uint64_t seed, uint64_t offset, uint32_t bh,
                                           uint32_t row, uint32_t col, uint32_t drop_threshold) {
   const PhiloxWords draws = dropout_draws(seed, offset, bh, row, col);
   uint32_t bits = 0;
 #if defined(__CUDA_ARCH__)
-  // Both halves of a word compared at once: 0xFFFF in each half that is >= the threshold.
-  const uint32_t threshold2 = drop_threshold * 0x10001u;
+  // The four bytes of a word compared at once (0xFF in each byte that is >= the threshold),
+  // then their low bits gathered into four bits by one multiply (no two products overlap).
+  const uint32_t threshold4 = drop_threshold * 0x01010101u;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    const uint32_t ge = __vcmpgeu2(draws.w[w], threshold2);
-    bits |= ((ge & 1u) | ((ge >> 15) & 2u)) << (2 * w);
+    const uint32_t ge = __vcmpgeu4(draws.w[w], threshold4) & 0x01010101u;
+    bits |= ((ge * 0x01020408u) >> 24) << (4 * w);
   }
 #else
-  for (uint32_t i = 0; i < 8; ++i) {
+  for (uint32_t i = 0; i < 16; ++i) {
     bits |= static_cast<uint32_t>(dropout_value(draws, i) >= drop_threshold) << i;
   }
 #endif
   return bits;
 }
 
-// round(p * 2^16), saturated; p in [0, 1).
+// round(p * 256), saturated at 255; p in [0, 1).
 inline uint32_t dropout_threshold(float p) {
-  const double scaled = static_cast<double>(p) * 65536.0 + 0.5;
-  return scaled >= 65535.0 ? 0xFFFFu : static_cast<uint32_t>(scaled);
+  const double scaled = static_cast<double>(p) * 256.0 + 0.5;
+  return scaled >= 255.0 ? 0xFFu : static_cast<uint32_t>(scaled);
 }
 
 }  // namespace flashattn::core

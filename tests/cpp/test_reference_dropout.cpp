@@ -146,9 +146,21 @@ TEST(ReferenceDropout, SameSeedAndOffsetRepeatDifferentOnesDoNot) {
   EXPECT_GT(max_abs_diff(first, run(7 + (uint64_t(1) << 32), 1000)), 0.0);
 }
 
-// The kernels' eight-column form of the keep-test (bit i: column 8 (col / 8) + i) is the
+// p is resolved to 1/256 (8-bit numbers, as FlashAttention-2 draws them): the threshold is
+// round(256 p), saturated so that p just below 1 still keeps the value 255.
+TEST(ReferenceDropout, ThresholdIsPInUnitsOf256) {
+  using flashattn::core::dropout_threshold;
+  EXPECT_EQ(dropout_threshold(0.f), 0u);
+  EXPECT_EQ(dropout_threshold(0.1f), 26u);   // 25.6
+  EXPECT_EQ(dropout_threshold(0.25f), 64u);
+  EXPECT_EQ(dropout_threshold(0.5f), 128u);
+  EXPECT_EQ(dropout_threshold(0.9f), 230u);  // 230.4
+  EXPECT_EQ(dropout_threshold(0.999f), 255u);
+}
+
+// The kernels' sixteen-column form of the keep-test (bit i: column 16 (col / 16) + i) is the
 // keep-test itself.
-TEST(ReferenceDropout, KeepBitsOfEightColumnsAreTheKeepTest) {
+TEST(ReferenceDropout, KeepBitsOfSixteenColumnsAreTheKeepTest) {
   const uint32_t threshold = flashattn::core::dropout_threshold(0.3f);
   const uint64_t seed = 0xFEDCBA9876543210ull, offset = 0x300000011ull;
   for (uint32_t bh : {0u, 5u, 1000u}) {
@@ -156,10 +168,10 @@ TEST(ReferenceDropout, KeepBitsOfEightColumnsAreTheKeepTest) {
       for (uint32_t col = 0; col < 64; ++col) {
         const uint32_t bits =
             flashattn::core::dropout_keep_bits(seed, offset, bh, row, col, threshold);
-        ASSERT_EQ(bits >> 8, 0u);
-        for (uint32_t i = 0; i < 8; ++i) {
+        ASSERT_EQ(bits >> 16, 0u);
+        for (uint32_t i = 0; i < 16; ++i) {
           ASSERT_EQ((bits >> i) & 1u, flashattn::core::dropout_keep(seed, offset, bh, row,
-                                                                    col / 8 * 8 + i, threshold))
+                                                                    col / 16 * 16 + i, threshold))
               << "bh " << bh << " row " << row << " col " << col << " bit " << i;
         }
       }

@@ -159,7 +159,7 @@ inline void probabilities_from_lse(float* s, int64_t ld, int keys, int cols,
 }
 
 // z[j * ld + i] = 1/(1-p) where the shared Philox keep-test keeps element (row0 + i,
-// key0 + j), else 0 (and 0 in the padding columns). One Philox draw covers eight keys.
+// key0 + j), else 0 (and 0 in the padding columns). One Philox draw covers sixteen keys.
 inline void dropout_factors(const ScoreRule& rule, int row0, int rows, int cols, int key0,
                             int keys, float* z, int64_t ld) {
   for (int i = 0; i < rows; ++i) {
@@ -168,11 +168,11 @@ inline void dropout_factors(const ScoreRule& rule, int row0, int rows, int cols,
     core::PhiloxWords words{};
     for (int j = 0; j < keys; ++j) {
       const uint32_t col = static_cast<uint32_t>(key0 + j);
-      if (static_cast<int>(col >> 3) != cached_group) {
-        cached_group = static_cast<int>(col >> 3);
+      if (static_cast<int>(col >> 4) != cached_group) {
+        cached_group = static_cast<int>(col >> 4);
         words = core::dropout_draws(rule.seed, rule.offset, rule.bh, row, col);
       }
-      z[j * ld + i] = core::dropout_value(words, col & 7) >= rule.drop_threshold
+      z[j * ld + i] = core::dropout_value(words, col & 15) >= rule.drop_threshold
                           ? rule.dropout_rescale
                           : 0.f;
     }

@@ -1,21 +1,20 @@
 // Dropout on the mma accumulator fragments: the keep-test of core/philox.hpp (the same pure
 // function of (seed, offset, b * nheads + h, query row, key column) the CPU backends call),
-// evaluated for the elements one thread holds. A Philox draw gives the keep bits of eight
-// neighbouring keys of one query; each draw is computed by one lane only and its bits are
-// passed by shuffles to the lanes holding those elements, so a lane draws once per eight
-// of its elements.
+// evaluated for the elements one thread holds. A Philox draw gives the keep bits of sixteen
+// neighbouring keys of one query (a group: keys 16 c .. 16 c + 15); each draw is computed by
+// one lane only and its bits are passed by shuffles to the lanes holding those elements, so
+// a lane draws about once per sixteen of its elements.
 //
 // The fragments (prim/mma.cuh): lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 and
 // columns 8 j + 2 t, 8 j + 2 t + 1 of each 16 x 8 tile.
-//   forward (rows = queries, columns = keys): the draw of (row half, tile j) covers the tile's
-//     eight keys, held two each by the four lanes of a quad. For each pair of tiles the quad
-//     needs four draws; lane t makes the one of row half t % 2 and tile 2 jj + t / 2, and
-//     each lane takes its two bits of all four (four shuffles per 16-row tile).
-//   backward (S^T: rows = keys, columns = queries): the draw of (query, row half) covers the
-//     eight keys g = 0..7 of that half, one per lane with the same t. Per pair of tiles the
-//     32 lanes make the 32 draws (query c = lane % 8 of tile 2 jj + lane / 16, half
-//     (lane / 8) % 2), and each lane takes bit g of the eight draws of its elements (eight
-//     shuffles per 16-key tile).
+//   forward (rows = queries, columns = keys): a group is the pair of tiles 2 c, 2 c + 1 of
+//     one row, held two keys per tile by each of the four lanes of a quad. For two groups the
+//     quad needs four draws; lane t makes the one of row half t % 2 and group 2 k + t / 2,
+//     and each lane takes its four bits of all four (four shuffles per two words of draws).
+//   backward (S^T: rows = keys, columns = queries): a group is the 16 keys of the tile, rows
+//     g and g + 8 of every lane; the draw of one query covers one column of the tile. Lane
+//     (c = lane % 8, p = lane / 8) draws query c of tiles 4 k + p, and each lane takes bits
+//     g and g + 8 of the draws of its columns (eight shuffles per mask).
 // Both give exactly the keep-test of every element; only the work is split.
 #pragma once
 
@@ -56,43 +55,43 @@ struct DropoutHead {
 // (the row sums and lse are those of the undropped weights). Both forward kernels use it: the
 // mma.sync kernel's fragments and the wgmma accumulator seen as row tiles
 // (sm90/fwd_mainloop.cuh's as_row_tiles) have this layout.
-// (Drawn before S = Q K^T instead, its bits stay live through the product and ptxas spills
-// far more at d = 128.)
-template <int MT, int NT>
+// kAllInFlight: every draw of a row tile unrolled, so that the Philox chains (ten dependent
+// rounds each) overlap one another; without it one draw is in flight at a time, which the
+// mma.sync kernel needs to stay out of local memory at d = 128 (its accumulators are live).
+template <int MT, int NT, bool kAllInFlight = false>
 struct FwdDropoutMask {
   static_assert(2 * NT <= 64, "two keep bits per column tile in one word");
+  static_assert(NT % 2 == 0, "key blocks of whole sixteen-key groups");
   using Bits = std::conditional_t<(2 * NT <= 32), uint32_t, uint64_t>;
   Bits bits[MT][2];  // [m][half]: bit 2 j + e set iff element [m][j][2 half + e] is kept
   float rescale;
 
-  // For query head h of batch entry b; row0 includes the lane's row g, key0 (a multiple of 8)
-  // does not include its column. The whole warp must call it (shuffles).
+  // For query head h of batch entry b; row0 includes the lane's row g, key0 (a multiple of
+  // 16) does not include its column. The whole warp must call it (shuffles).
   __device__ __forceinline__ void draw(const core::AttentionParams& p, int b, int h, int row0,
                                        int key0, int lane) {
     draw(DropoutHead(p, b, h), row0, key0, lane);
   }
   __device__ __forceinline__ void draw(const DropoutHead& d, int row0, int key0, int lane) {
-    static_assert(NT % 2 == 0, "tiles drawn in pairs");
-    constexpr int kPairs = NT / 2;
-    constexpr int kWords = (kPairs + 3) / 4;  // 8 keep bits per pair
+    constexpr int kGroups = NT / 2;               // sixteen keys each
+    constexpr int kRounds = (kGroups + 1) / 2;    // draws per lane (per row tile)
+    constexpr int kWords = (kRounds + 1) / 2;     // two draws per word
     rescale = d.rescale;
     const int t = lane % 4;
     const int quad = lane - t;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      uint32_t drawn[kWords];  // byte jj: the draw of (row half t % 2, tile 2 jj + t / 2)
-      // One draw at a time: ptxas -v at d = 128 (sm_90a) spills 236 B so, 364 B with two in
-      // flight and 732 B with four (the output accumulators are live here). The words are
-      // unrolled so that none is indexed at run time (which would put them in local memory).
+      // Half k % 2 of word k / 2: the draw of (row half t % 2, group 2 k + t / 2). With an odd
+      // kGroups the last draw of lanes t >= 2 lies past the block; nobody reads its bits.
+      // The words are unrolled so that none is indexed at run time (local memory).
+      uint32_t drawn[kWords];
 #pragma unroll
       for (int w = 0; w < kWords; ++w) {
         uint32_t word = 0;
-#pragma unroll 1
-        for (int k = 0; k < 4 && 4 * w + k < kPairs; ++k) {
-          const int jj = 4 * w + k;
-          const uint32_t bits8 =
-              d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 8 * (2 * jj + t / 2));
-          word |= bits8 << (8 * k);
+#pragma unroll (kAllInFlight ? 2 : 1)
+        for (int kk = 0; kk < 2 && 2 * w + kk < kRounds; ++kk) {
+          const int group = 2 * (2 * w + kk) + t / 2;
+          word |= d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 16 * group) << (16 * kk);
         }
         drawn[w] = word;
       }
@@ -104,9 +103,15 @@ struct FwdDropoutMask {
         for (int w = 0; w < kWords; ++w) {
           const uint32_t got = __shfl_sync(0xffffffffu, drawn[w], quad + source);
 #pragma unroll
-          for (int jj = 4 * w; jj < 4 * w + 4 && jj < kPairs; ++jj) {
-            const int j = 2 * jj + source / 2;
-            bits[m][half] |= static_cast<Bits>((got >> (8 * (jj % 4) + 2 * t)) & 3u) << (2 * j);
+          for (int kk = 0; kk < 2; ++kk) {
+            const int group = 2 * (2 * w + kk) + source / 2;
+            if (group >= kGroups) continue;
+#pragma unroll
+            for (int tile = 0; tile < 2; ++tile) {
+              // Keys 8 tile + 2 t + {0, 1} of the group: this lane's two of tile 2 group + tile.
+              const uint32_t two = (got >> (16 * kk + 8 * tile + 2 * t)) & 3u;
+              bits[m][half] |= static_cast<Bits>(two) << (2 * (2 * group + tile));
+            }
           }
         }
       }
@@ -140,8 +145,9 @@ struct FwdNoDropoutMask {
   __device__ __forceinline__ void apply(float (&)[MT][NT][4]) const {}
 };
 
-template <bool kDropout, int MT, int NT>
-using FwdDropout = std::conditional_t<kDropout, FwdDropoutMask<MT, NT>, FwdNoDropoutMask<MT, NT>>;
+template <bool kDropout, int MT, int NT, bool kAllInFlight = false>
+using FwdDropout = std::conditional_t<kDropout, FwdDropoutMask<MT, NT, kAllInFlight>,
+                                      FwdNoDropoutMask<MT, NT>>;
 
 // thread:: the backward's keep mask of one S^T tile of 16 keys (rows key0 + lane / 4 + 8 half)
 // by 8 NT queries (columns query0 + 8 j + 2 (lane % 4) + e), computed once per tile by
@@ -156,24 +162,30 @@ struct BwdDropoutMask {
   // key0: the tile's first key (a multiple of 16); query0: the share's first query.
   __device__ __forceinline__ BwdDropoutMask(const DropoutHead& d, int key0, int query0, int lane)
       : bits(0), rescale(d.rescale) {
-    static_assert(NT % 2 == 0 && NT <= 8, "tiles drawn in pairs, four pairs per word");
-    constexpr int kPairs = NT / 2;
-    // This lane's draws: query c of tile 2 jj + parity, keys of row half `half`.
-    const int c = lane % 8, half = (lane / 8) % 2, parity = lane / 16;
-    uint32_t drawn = 0;  // byte jj: the eight keep bits of pair jj's draw
+    static_assert(NT % 2 == 0 && NT <= 8, "at most two draws per lane, in one word");
+    constexpr int kRounds = (NT + 3) / 4;  // draws per lane
+    // Half k of `drawn`: the sixteen keep bits of query c of tile 4 k + p (with NT = 2,
+    // lanes p >= 2 draw past the tile; nobody reads those bits).
+    const int c = lane % 8, p = lane / 8;
+    uint32_t drawn = 0;
 #pragma unroll
-    for (int jj = 0; jj < kPairs; ++jj) {
-      drawn |= d.keep_bits(query0 + 8 * (2 * jj + parity) + c, key0 + 8 * half) << (8 * jj);
+    for (int k = 0; k < kRounds; ++k) {
+      drawn |= d.keep_bits(query0 + 8 * (4 * k + p) + c, key0) << (16 * k);
     }
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int source = 0; source < 8; ++source) {
-      // Element (half h, column parity e) of tile 2 jj + p was drawn by lane 2 t + e + 8 h + 16 p.
-      const int e = source % 2, h = (source / 2) % 2, p = source / 4;
-      const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * h + 16 * p);
+      // Column parity e of tiles 4 k + pp was drawn by lane 2 t + e + 8 pp.
+      const int e = source % 2, pp = source / 2;
+      const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * pp);
 #pragma unroll
-      for (int jj = 0; jj < kPairs; ++jj) {
-        bits |= static_cast<Bits>((got >> (8 * jj + g)) & 1u) << ((2 * h + e) * NT + 2 * jj + p);
+      for (int k = 0; k < kRounds; ++k) {
+        const int j = 4 * k + pp;
+        if (j >= NT) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          bits |= static_cast<Bits>((got >> (16 * k + 8 * h + g)) & 1u) << ((2 * h + e) * NT + j);
+        }
       }
     }
   }

@@ -35,7 +35,7 @@
 // the dropped weights zeroed, the kept ones scaled by 1/(1-p), before P is packed. The draws
 // come after the previous block's P V has completed, when its P no longer holds registers
 // (drawn while that product runs, they make ptxas spill at d = 128); they overlap the other
-// warpgroups' products. Packed GQA tiles (rows of several heads) are not run with dropout
+// warpgroups' products, and a row tile's draws are all in flight together (kAllInFlight). Packed GQA tiles (rows of several heads) are not run with dropout
 // (fwd_launch.cuh).
 #pragma once
 
@@ -204,7 +204,7 @@ struct FwdMainloop {
   // The whole warp calls it (FwdDropoutMask::draw shuffles).
   __device__ __forceinline__ void drop(const FwdTileWork& w, float (&s)[kBlockN / 2],
                                        int n) const {
-    FwdDropout<kDropout, 1, kBlockN / 8> keep;
+    FwdDropout<kDropout, 1, kBlockN / 8, /*kAllInFlight=*/true> keep;
     keep.draw(params.p, w.b, w.h, w.query_of(thread_row()), n * kBlockN, lane);
     keep.apply(as_row_tiles(s));
   }
