@@ -1,8 +1,8 @@
 """The library's dropout keep-test in numpy (src/core/philox.hpp, Philox4x32-10), for
 materializing the dropout pattern of return_attn_probs. The counter is
 (col // 16, row, batch * nheads + head, offset low word) and the key is
-(seed low word, seed high word + offset high word); the draw's byte col % 16 (byte
-col % 4 of word (col % 16) // 4, the lowest byte first) is compared with round(p * 256),
+(seed low word, seed high word + offset high word); column 16 c + 8 tile + 2 w + e of the
+draw takes byte 2 tile + e of word w (the lowest byte first), compared with round(p * 256),
 saturated at 255."""
 import numpy as np
 
@@ -45,6 +45,8 @@ def keep_mask(seed, offset, bh, rows, cols, dropout_p):
     counter = (col >> np.uint32(4), row, np.uint32(bh), np.uint32(offset & 0xFFFFFFFF))
     key = (seed & 0xFFFFFFFF, ((seed >> 32) + (offset >> 32)) & 0xFFFFFFFF)
     words = np.broadcast_arrays(*philox4x32_10(counter, key))
-    word = np.choose(((col & np.uint32(15)) >> np.uint32(2)).astype(np.intp), words)
-    drawn = (word >> ((col & np.uint32(3)) * np.uint32(8))) & np.uint32(0xFF)
+    i = col & np.uint32(15)
+    word = np.choose(((i >> np.uint32(1)) & np.uint32(3)).astype(np.intp), words)
+    byte = np.uint32(2) * (i >> np.uint32(3)) + (i & np.uint32(1))
+    drawn = (word >> (byte * np.uint32(8))) & np.uint32(0xFF)
     return drawn >= np.uint32(drop_threshold(dropout_p))

@@ -4,12 +4,17 @@
 // regenerates the forward's mask without storing it.
 //
 // Counter = (col / 16, row, b * nheads + h, low 32 bits of offset); key = (low 32 bits of
-// seed, high 32 bits of seed + high 32 bits of offset). One draw yields four 32-bit words,
-// read as sixteen bytes: column 16c + i takes byte i % 4 of word i / 4 (the lowest byte
-// first). An element is kept iff its byte is >= drop_threshold = round(p * 256), saturated
-// at 255. Eight bits per element, as FlashAttention-2 draws them, make one Philox call cover
-// sixteen elements: the Philox work is the dropout kernels' main cost. p is resolved to
-// 1/256 (the drop probability is drop_threshold / 256); survivors are scaled by 1/(1-p).
+// seed, high 32 bits of seed + high 32 bits of offset). One draw yields four 32-bit words of
+// four bytes, one byte per column of the group of sixteen: column 16c + 8 tile + 2 w + e
+// (tile, e in {0, 1}, w < 4) takes byte 2 tile + e of word w (the lowest byte is byte 0). An
+// element is kept iff its byte is >= drop_threshold = round(p * 256), saturated at 255.
+// Eight bits per element, as FlashAttention-2 draws them, make one Philox call cover sixteen
+// elements: the Philox work is the dropout kernels' main cost. p is resolved to 1/256 (the
+// drop probability is drop_threshold / 256); survivors are scaled by 1/(1-p).
+//
+// The byte order follows the mma fragments (prim/mma.cuh): the lane of a quad with t = w holds
+// columns 2 w, 2 w + 1, 8 + 2 w, 9 + 2 w of each sixteen, so word w is the whole share of one
+// lane, and the kernels pass a lane its keep bits as one nibble (dropout_keep_quads).
 #pragma once
 
 #include <cstdint>
@@ -61,9 +66,10 @@ FA_HOST_DEVICE PhiloxWords dropout_draws(uint64_t seed, uint64_t offset, uint32_
                        static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(offset >> 32));
 }
 
-// The 8-bit value of column 16 c + i (i < 16) in the draw of group c.
+// The 8-bit value of column 16 c + i (i < 16) in the draw of group c: byte 2 (i / 8) + i % 2
+// of word (i / 2) % 4.
 FA_HOST_DEVICE uint32_t dropout_value(const PhiloxWords& draws, uint32_t i) {
-  return (draws.w[i >> 2] >> (8 * (i & 3))) & 0xFFu;
+  return (draws.w[(i >> 1) & 3] >> (8 * (2 * (i >> 3) + (i & 1)))) & 0xFFu;
 }
 
 FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, uint32_t row,
@@ -71,24 +77,29 @@ FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, ui
   return dropout_value(dropout_draws(seed, offset, bh, row, col), col & 15) >= drop_threshold;
 }
 
-// Bit i (i < 16) set iff dropout keeps column 16 * (col / 16) + i of `row`: the keep-test of
-// sixteen neighbouring columns from their one Philox draw (what a kernel calls).
-FA_HOST_DEVICE uint32_t dropout_keep_bits(uint64_t seed, uint64_t offset, uint32_t bh,
-                                          uint32_t row, uint32_t col, uint32_t drop_threshold) {
+// The keep-test of the sixteen columns 16 * (col / 16) + i of `row` from their one Philox draw,
+// in quad order (what a kernel calls): bit 4 w + b is byte b of word w, that is column
+// 8 (b / 2) + 2 w + b % 2. Nibble w holds the four keep bits of the quad's lane w, in the order
+// (tile 0, e 0), (tile 0, e 1), (tile 1, e 0), (tile 1, e 1).
+FA_HOST_DEVICE uint32_t dropout_keep_quads(uint64_t seed, uint64_t offset, uint32_t bh,
+                                           uint32_t row, uint32_t col, uint32_t drop_threshold) {
   const PhiloxWords draws = dropout_draws(seed, offset, bh, row, col);
   uint32_t bits = 0;
 #if defined(__CUDA_ARCH__)
-  // The four bytes of a word compared at once (0xFF in each byte that is >= the threshold),
-  // then their low bits gathered into four bits by one multiply (no two products overlap).
-  const uint32_t threshold4 = drop_threshold * 0x01010101u;
+  // A byte's high bit in vavgu4(x, ~t) = (x + ~t + 1) / 2 per byte is x >= t; one multiply
+  // gathers the four high bits of a word into bits 28..31 (no two of its products overlap).
+  const uint32_t not_threshold4 = ~(drop_threshold * 0x01010101u);
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    const uint32_t ge = __vcmpgeu4(draws.w[w], threshold4) & 0x01010101u;
-    bits |= ((ge * 0x01020408u) >> 24) << (4 * w);
+    const uint32_t high = __vavgu4(draws.w[w], not_threshold4) & 0x80808080u;
+    bits |= ((high * 0x00204081u) >> 28) << (4 * w);
   }
 #else
-  for (uint32_t i = 0; i < 16; ++i) {
-    bits |= static_cast<uint32_t>(dropout_value(draws, i) >= drop_threshold) << i;
+  for (uint32_t w = 0; w < 4; ++w) {
+    for (uint32_t b = 0; b < 4; ++b) {
+      const uint32_t value = (draws.w[w] >> (8 * b)) & 0xFFu;
+      bits |= static_cast<uint32_t>(value >= drop_threshold) << (4 * w + b);
+    }
   }
 #endif
   return bits;

@@ -158,22 +158,31 @@ TEST(ReferenceDropout, ThresholdIsPInUnitsOf256) {
   EXPECT_EQ(dropout_threshold(0.999f), 255u);
 }
 
-// The kernels' sixteen-column form of the keep-test (bit i: column 16 (col / 16) + i) is the
-// keep-test itself.
-TEST(ReferenceDropout, KeepBitsOfSixteenColumnsAreTheKeepTest) {
+// The kernels' quad-ordered form of the keep-test (bit 4 w + b: column 16 (col / 16) +
+// 8 (b / 2) + 2 w + b % 2) is the keep-test itself, and the keep-test reads byte 2 tile + e of
+// word w for column 8 tile + 2 w + e of the group.
+TEST(ReferenceDropout, KeepQuadsAreTheKeepTest) {
   const uint32_t threshold = flashattn::core::dropout_threshold(0.3f);
   const uint64_t seed = 0xFEDCBA9876543210ull, offset = 0x300000011ull;
   for (uint32_t bh : {0u, 5u, 1000u}) {
     for (uint32_t row = 0; row < 40; row += 3) {
       for (uint32_t col = 0; col < 64; ++col) {
         const uint32_t bits =
-            flashattn::core::dropout_keep_bits(seed, offset, bh, row, col, threshold);
+            flashattn::core::dropout_keep_quads(seed, offset, bh, row, col, threshold);
         ASSERT_EQ(bits >> 16, 0u);
-        for (uint32_t i = 0; i < 16; ++i) {
-          ASSERT_EQ((bits >> i) & 1u, flashattn::core::dropout_keep(seed, offset, bh, row,
-                                                                    col / 16 * 16 + i, threshold))
-              << "bh " << bh << " row " << row << " col " << col << " bit " << i;
+        for (uint32_t w = 0; w < 4; ++w) {
+          for (uint32_t b = 0; b < 4; ++b) {
+            const uint32_t column = col / 16 * 16 + 8 * (b / 2) + 2 * w + b % 2;
+            ASSERT_EQ((bits >> (4 * w + b)) & 1u,
+                      flashattn::core::dropout_keep(seed, offset, bh, row, column, threshold))
+                << "bh " << bh << " row " << row << " col " << col << " w " << w << " b " << b;
+          }
         }
+        const flashattn::core::PhiloxWords draws =
+            flashattn::core::dropout_draws(seed, offset, bh, row, col);
+        const uint32_t i = col % 16;
+        const uint32_t byte = (draws.w[(i / 2) % 4] >> (8 * (2 * (i / 8) + i % 2))) & 0xFFu;
+        ASSERT_EQ(flashattn::core::dropout_value(draws, i), byte);
       }
     }
   }

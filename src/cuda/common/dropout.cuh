@@ -1,20 +1,22 @@
 // Dropout on the mma accumulator fragments: the keep-test of core/philox.hpp (the same pure
 // function of (seed, offset, b * nheads + h, query row, key column) the CPU backends call),
 // evaluated for the elements one thread holds. A Philox draw gives the keep bits of sixteen
-// neighbouring keys of one query (a group: keys 16 c .. 16 c + 15); each draw is computed by
-// one lane only and its bits are passed by shuffles to the lanes holding those elements, so
-// a lane draws about once per sixteen of its elements.
+// neighbouring keys of one query (a group: keys 16 c .. 16 c + 15), in quad order
+// (core::dropout_keep_quads: nibble w = the four keys that lane t = w of a quad holds); each
+// draw is computed by one lane only and its bits are passed by shuffles to the lanes holding
+// those elements, so a lane draws about once per sixteen of its elements.
 //
 // The fragments (prim/mma.cuh): lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 and
 // columns 8 j + 2 t, 8 j + 2 t + 1 of each 16 x 8 tile.
 //   forward (rows = queries, columns = keys): a group is the pair of tiles 2 c, 2 c + 1 of
-//     one row, held two keys per tile by each of the four lanes of a quad. For two groups the
-//     quad needs four draws; lane t makes the one of row half t % 2 and group 2 k + t / 2,
-//     and each lane takes its four bits of all four (four shuffles per two words of draws).
+//     one row; lane t's four keys of it are nibble t of the draw. For two groups the quad
+//     needs four draws; lane t makes the one of row half t % 2 and group 2 k + t / 2, and each
+//     lane takes its nibble of all four (four shuffles per two words of draws).
 //   backward (S^T: rows = keys, columns = queries): a group is the 16 keys of the tile, rows
 //     g and g + 8 of every lane; the draw of one query covers one column of the tile. Lane
-//     (c = lane % 8, p = lane / 8) draws query c of tiles 4 k + p, and each lane takes bits
-//     g and g + 8 of the draws of its columns (eight shuffles per mask).
+//     (c = lane % 8, p = lane / 8) draws query c of tiles 4 k + p, and each lane takes the bits
+//     of keys g and g + 8 (bits 2 h + g % 2 of nibble g / 2) of the draws of its columns
+//     (eight shuffles per mask).
 // Both give exactly the keep-test of every element; only the work is split.
 #pragma once
 
@@ -44,9 +46,9 @@ struct DropoutHead {
         threshold(p.drop_threshold),
         rescale(p.dropout_rescale) {}
 
-  __device__ __forceinline__ uint32_t keep_bits(int row, int col) const {
-    return core::dropout_keep_bits(seed, offset, bh, static_cast<uint32_t>(row),
-                                   static_cast<uint32_t>(col), threshold);
+  __device__ __forceinline__ uint32_t keep_quads(int row, int col) const {
+    return core::dropout_keep_quads(seed, offset, bh, static_cast<uint32_t>(row),
+                                    static_cast<uint32_t>(col), threshold);
   }
 };
 
@@ -91,7 +93,7 @@ struct FwdDropoutMask {
 #pragma unroll (kAllInFlight ? 2 : 1)
         for (int kk = 0; kk < 2 && 2 * w + kk < kRounds; ++kk) {
           const int group = 2 * (2 * w + kk) + t / 2;
-          word |= d.keep_bits(row0 + 16 * m + 8 * (t % 2), key0 + 16 * group) << (16 * kk);
+          word |= d.keep_quads(row0 + 16 * m + 8 * (t % 2), key0 + 16 * group) << (16 * kk);
         }
         drawn[w] = word;
       }
@@ -106,12 +108,9 @@ struct FwdDropoutMask {
           for (int kk = 0; kk < 2; ++kk) {
             const int group = 2 * (2 * w + kk) + source / 2;
             if (group >= kGroups) continue;
-#pragma unroll
-            for (int tile = 0; tile < 2; ++tile) {
-              // Keys 8 tile + 2 t + {0, 1} of the group: this lane's two of tile 2 group + tile.
-              const uint32_t two = (got >> (16 * kk + 8 * tile + 2 * t)) & 3u;
-              bits[m][half] |= static_cast<Bits>(two) << (2 * (2 * group + tile));
-            }
+            // This lane's nibble: keys 2 t + e of tile 2 group and of tile 2 group + 1.
+            const uint32_t nibble = (got >> (16 * kk + 4 * t)) & 0xFu;
+            bits[m][half] |= static_cast<Bits>(nibble) << (4 * group);
           }
         }
       }
@@ -135,6 +134,29 @@ struct FwdDropoutMask {
       }
     }
   }
+
+  // Zeroes the dropped weights of P packed two 16-bit weights per register in row tile 0:
+  // register r of step ks holds elements e = 0, 1 of tile 2 ks + r / 2, row half r % 2 (the
+  // wgmma A operand, sm90/fwd_mainloop.cuh's pack). The kept ones are not scaled: the caller
+  // scales O by 1 / (1 - p) once instead. A nibble's bits spread to the high bits of four bytes
+  // (one multiply), and a byte permute with sign replication makes each half-word mask.
+  template <int kSteps>
+  __device__ __forceinline__ void zero_dropped_packed(uint32_t (&p)[kSteps][4]) const {
+    static_assert(MT == 1 && kSteps == NT / 2, "one row tile, one step per sixteen keys");
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t nibble = static_cast<uint32_t>(bits[0][half] >> (4 * ks)) & 0xFu;
+        const uint32_t high = nibble * 0x10204080u;  // bit b to bit 8 b + 7
+        uint32_t tile0, tile1;
+        asm("prmt.b32 %0, %1, 0, 0x9988;" : "=r"(tile0) : "r"(high));
+        asm("prmt.b32 %0, %1, 0, 0xBBAA;" : "=r"(tile1) : "r"(high));
+        p[ks][half] &= tile0;
+        p[ks][2 + half] &= tile1;
+      }
+    }
+  }
 };
 
 // The forward mask of an instantiation without dropout: nothing to draw, nothing to drop.
@@ -143,6 +165,8 @@ struct FwdNoDropoutMask {
   __device__ __forceinline__ void draw(const core::AttentionParams&, int, int, int, int, int) {}
   __device__ __forceinline__ void draw(const DropoutHead&, int, int, int) {}
   __device__ __forceinline__ void apply(float (&)[MT][NT][4]) const {}
+  template <int kSteps>
+  __device__ __forceinline__ void zero_dropped_packed(uint32_t (&)[kSteps][4]) const {}
 };
 
 template <bool kDropout, int MT, int NT, bool kAllInFlight = false>
@@ -170,21 +194,22 @@ struct BwdDropoutMask {
     uint32_t drawn = 0;
 #pragma unroll
     for (int k = 0; k < kRounds; ++k) {
-      drawn |= d.keep_bits(query0 + 8 * (4 * k + p) + c, key0) << (16 * k);
+      drawn |= d.keep_quads(query0 + 8 * (4 * k + p) + c, key0) << (16 * k);
     }
     const int g = lane / 4, t = lane % 4;
+    const int key_g = 4 * (g / 2) + g % 2;  // key g's bit in a draw; key g + 8's is 2 further
 #pragma unroll
     for (int source = 0; source < 8; ++source) {
       // Column parity e of tiles 4 k + pp was drawn by lane 2 t + e + 8 pp.
       const int e = source % 2, pp = source / 2;
-      const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * pp);
+      const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * pp) >> key_g;
 #pragma unroll
       for (int k = 0; k < kRounds; ++k) {
         const int j = 4 * k + pp;
         if (j >= NT) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          bits |= static_cast<Bits>((got >> (16 * k + 8 * h + g)) & 1u) << ((2 * h + e) * NT + j);
+          bits |= static_cast<Bits>((got >> (16 * k + 2 * h)) & 1u) << ((2 * h + e) * NT + j);
         }
       }
     }

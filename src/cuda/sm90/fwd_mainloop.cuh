@@ -30,13 +30,14 @@
 //
 // Dropout (kDropout; the instantiation without it carries no dropout code): once a block's
 // weights are folded into the softmax (so the row sums and lse are those of the undropped
-// weights, as in SPEC.md), the keep bits of its elements are drawn (common/dropout.cuh's
-// FwdDropoutMask, the mma.sync kernel's: the same Philox keep-test as the CPU reference) and
-// the dropped weights zeroed, the kept ones scaled by 1/(1-p), before P is packed. The draws
-// come after the previous block's P V has completed, when its P no longer holds registers
-// (drawn while that product runs, they make ptxas spill at d = 128); they overlap the other
-// warpgroups' products, and a row tile's draws are all in flight together (kAllInFlight). Packed GQA tiles (rows of several heads) are not run with dropout
-// (fwd_launch.cuh).
+// weights, as in SPEC.md) and packed into P, the keep bits of its elements are drawn
+// (common/dropout.cuh's FwdDropoutMask, the mma.sync kernel's: the same Philox keep-test as
+// the CPU reference) and the dropped weights zeroed in P. The kept ones are not scaled one by
+// one: O is scaled by 1/(1-p) once, at the end of the tile. The draws come after the previous
+// block's P V has completed, when its P no longer holds registers (drawn while that product
+// runs, they make ptxas spill at d = 128); they overlap the other warpgroups' products, and a
+// row tile's draws are all in flight together (kAllInFlight). Packed GQA tiles (rows of
+// several heads) are not run with dropout (fwd_launch.cuh).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -200,13 +201,14 @@ struct FwdMainloop {
   // accumulator's order (wgmma_fragments.cuh), or with FP8 quads of e4m3 weights, register j
   // of step ks from D registers 16ks + 8(j/2) + 2(j%2) + {0, 1, 4, 5} (fp8_key_at).
 
-  // kDropout: the weights of key block n (s, after fold) with dropout applied; else nothing.
-  // The whole warp calls it (FwdDropoutMask::draw shuffles).
-  __device__ __forceinline__ void drop(const FwdTileWork& w, float (&s)[kBlockN / 2],
+  // kDropout: the dropped weights of key block n zeroed in P (packed); else nothing. The kept
+  // ones keep their value: run() scales O by 1 / (1 - p) at the end of the tile. The whole
+  // warp calls it (FwdDropoutMask::draw shuffles).
+  __device__ __forceinline__ void drop(const FwdTileWork& w, uint32_t (&p)[kPSteps][4],
                                        int n) const {
     FwdDropout<kDropout, 1, kBlockN / 8, /*kAllInFlight=*/true> keep;
     keep.draw(params.p, w.b, w.h, w.query_of(thread_row()), n * kBlockN, lane);
-    keep.apply(as_row_tiles(s));
+    keep.zero_dropped_packed(p);
   }
 
   static __device__ __forceinline__ void pack(const float (&s)[kBlockN / 2],
@@ -289,8 +291,8 @@ struct FwdMainloop {
     } else {
       fold(std::false_type{}, w, mask, alibi_raw, s, last, factor);
     }
-    drop(w, s, last);
     pack(s, p);
+    drop(w, p, last);
     // FP8: the transpose writes those rows as zero (fwd_transpose_v.cuh).
     if constexpr (!kFp8) {
       const int valid_v_rows = w.seq.seqlen_k - last * kBlockN;
@@ -319,8 +321,8 @@ struct FwdMainloop {
       warpgroup::fence_operands(o);
       release(smem.bar.v_empty[v_at.slot]);
       RowSoftmax<1>::rescale(as_row_tiles(o), factor);
-      drop(w, s, n);
       pack(s, p);
+      drop(w, p, n);
       v_at = kv;
     };
     for (int n = last - 1; n >= w.kb.begin; --n) {
@@ -339,6 +341,10 @@ struct FwdMainloop {
     warpgroup::fence_operands(o);
     release(smem.bar.v_empty[v_at.slot]);
     kv.advance();
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int i = 0; i < kHeadDimV / 2; ++i) o[i] *= params.p.dropout_rescale;
+    }
   }
 };
 
