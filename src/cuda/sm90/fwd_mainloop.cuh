@@ -35,8 +35,8 @@
 // the dropped weights zeroed, the kept ones scaled by 1/(1-p), before P is packed. The draws
 // come after the previous block's P V has completed, when its P no longer holds registers
 // (drawn while that product runs, they make ptxas spill at d = 128); they overlap the other
-// warpgroups' products, and a row tile's draws are all in flight together (kAllInFlight). Packed GQA tiles (rows of several heads) are not run with dropout
-// (fwd_launch.cuh).
+// warpgroups' products, and a row tile's draws are all in flight together (kAllInFlight).
+// Packed GQA tiles (rows of several heads) are not run with dropout (fwd_launch.cuh).
 #pragma once
 
 #include <cuda_fp8.h>
