@@ -1,12 +1,13 @@
 // The Hopper forward's epilogue: one MMA warpgroup's 64 rows of O, normalized, out of the
 // registers and into the caller's output, and their lse.
 //
-// Where shared memory has room for it (FwdStorage::kStagesO), O goes through shared memory so
-// that the global stores are whole 16-byte chunks of consecutive columns, row after row,
-// whatever the output's strides; each warpgroup stages its own rows, so the warpgroups do not
-// wait for each other. Otherwise each thread stores its pairs of columns straight from
-// registers: the four threads of a quad write 16 consecutive bytes of a row, and the quads'
-// stores of one row meet in L2 before they reach memory. Rows past the sequence are not
+// Where FwdStorage stages O (kStagesO: the FP8 forward, where shared memory has room), O goes
+// through shared memory so that the global stores are whole 16-byte chunks of consecutive
+// columns, row after row, whatever the output's strides; each warpgroup stages its own rows,
+// so the warpgroups do not wait for each other. Otherwise (every 16-bit forward) each thread
+// stores its pairs of columns straight from registers: the four threads of a quad write 16
+// consecutive bytes of a row, and the quads' stores of one row meet in L2 before they reach
+// memory. Rows past the sequence are not
 // written. With packed GQA each row goes to its own query and head.
 //
 // FP8: O is multiplied by v_descale of the tile's (batch entry, KV head), and the lse loses the

@@ -103,11 +103,12 @@ struct FwdShape {
   using OTile = Swizzle128Tile<kBlockM, fwd_sm90_round_up(DV, 64)>;
 };
 
-// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. O is staged
-// only where shared memory has room for it beside the rings; otherwise the epilogue stores it
-// straight from registers, so that the next tile's V never waits for the previous tile's O
-// and the MMA warpgroups never wait for each other at the end of a tile. With FP8 the V ring
-// holds the transposed V and the raw ring (FwdRawV, an empty base otherwise) what TMA landed.
+// Shared memory, as Q, the K ring, the V ring and the epilogue's staging of O. A 16-bit
+// forward stores O straight from registers, so that the next tile's V never waits for the
+// previous tile's O and the MMA warpgroups never wait for each other at the end of a tile
+// (bench/RESULTS.md has the A/B at d = 64, the last head dim that staged it). The FP8 forward
+// stages O where shared memory has room for it beside the rings. With FP8 the V ring holds the
+// transposed V and the raw ring (FwdRawV, an empty base otherwise) what TMA landed.
 template <class Shape>
 constexpr int fwd_sm90_raw_v_bytes() {
   return Shape::kFp8 ? Shape::kStages * Shape::VRawTile::kBytes : 0;
@@ -120,7 +121,7 @@ constexpr bool fwd_sm90_o_fits_apart() {
          227 * 1024;
 }
 
-template <class Shape, bool kOStaged = fwd_sm90_o_fits_apart<Shape>()>
+template <class Shape, bool kOStaged = Shape::kFp8 && fwd_sm90_o_fits_apart<Shape>()>
 struct FwdStorage;
 
 template <class Shape>
