@@ -56,12 +56,13 @@ FA_HOST_DEVICE PhiloxWords philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, 
   return {{c0, c1, c2, c3}};
 }
 
-inline constexpr int kDropoutColumnsPerDraw = 16;
+// One draw's 128 bits give sixteen 8-bit keep-test values, for sixteen consecutive columns.
+inline constexpr uint32_t kDropoutColumnsPerDraw = 16;
 
 // The draw that covers columns 16 * (col / 16) .. 16 * (col / 16) + 15 of one row.
 FA_HOST_DEVICE PhiloxWords dropout_draws(uint64_t seed, uint64_t offset, uint32_t bh,
                                          uint32_t row, uint32_t col) {
-  return philox4x32_10(col >> 4, row, bh, static_cast<uint32_t>(offset),
+  return philox4x32_10(col / kDropoutColumnsPerDraw, row, bh, static_cast<uint32_t>(offset),
                        static_cast<uint32_t>(seed),
                        static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(offset >> 32));
 }
@@ -74,7 +75,8 @@ FA_HOST_DEVICE uint32_t dropout_value(const PhiloxWords& draws, uint32_t i) {
 
 FA_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t bh, uint32_t row,
                                  uint32_t col, uint32_t drop_threshold) {
-  return dropout_value(dropout_draws(seed, offset, bh, row, col), col & 15) >= drop_threshold;
+  return dropout_value(dropout_draws(seed, offset, bh, row, col), col % kDropoutColumnsPerDraw) >=
+         drop_threshold;
 }
 
 // The keep-test of the sixteen columns 16 * (col / 16) + i of `row` from their one Philox draw,

@@ -168,11 +168,13 @@ inline void dropout_factors(const ScoreRule& rule, int row0, int rows, int cols,
     core::PhiloxWords words{};
     for (int j = 0; j < keys; ++j) {
       const uint32_t col = static_cast<uint32_t>(key0 + j);
-      if (static_cast<int>(col >> 4) != cached_group) {
-        cached_group = static_cast<int>(col >> 4);
+      const int group = static_cast<int>(col / core::kDropoutColumnsPerDraw);
+      if (group != cached_group) {
+        cached_group = group;
         words = core::dropout_draws(rule.seed, rule.offset, rule.bh, row, col);
       }
-      z[j * ld + i] = core::dropout_value(words, col & 15) >= rule.drop_threshold
+      z[j * ld + i] = core::dropout_value(words, col % core::kDropoutColumnsPerDraw) >=
+                              rule.drop_threshold
                           ? rule.dropout_rescale
                           : 0.f;
     }
