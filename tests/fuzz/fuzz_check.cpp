@@ -305,8 +305,11 @@ double largest_row_norm(const Tensor& t) {
   return largest;
 }
 
-// A bound on |score| before the mask: scale * |q| * |k| (Cauchy-Schwarz), at most the
-// softcap where one is set, plus the largest ALiBi bias the sequence lengths allow.
+// The size of the scores' rounding: scale * |q| * |k| (Cauchy-Schwarz), plus the largest
+// ALiBi bias the sequence lengths allow. Not capped by a softcap: the cap bounds the scores,
+// but the dot product's rounding, up to scale * |q| * |k| times the unit roundoff whatever
+// the dot product's own size, reaches the capped score through tanh' <= 1 where tanh is not
+// saturated.
 double score_bound(const Instance& in) {
   const flashattn::AttentionOptions& o = in.entry == Entry::kForward    ? in.forward.options
                                          : in.entry == Entry::kBackward ? in.backward.options
@@ -329,7 +332,6 @@ double score_bound(const Instance& in) {
   double keys = largest_row_norm(*in.slot(kK)) * largest_factor(*in.slot(kKDescale));
   if (in.entry == Entry::kKVCache) keys = std::max(keys, largest_row_norm(*in.slot(kKNew)));
   double bound = scale * largest_row_norm(q) * largest_factor(*in.slot(kQDescale)) * keys;
-  if (o.softcap > 0) bound = std::min(bound, static_cast<double>(o.softcap));
   const Tensor& alibi = *in.slot(kAlibi);
   if (alibi.present() && alibi.data != nullptr) {
     double slope = 0;
