@@ -7,14 +7,16 @@
 //   dQ pass, one task per (sequence, head, a few query blocks): for each K/V tile that a
 //     block sees, load it once, and for each block the same P and dS, then dQ += dS K.
 // D = rowsum(dO * O) is recomputed per query block, so memory stays a few tiles per
-// thread. The one-pass backward (backward_one_pass) runs both passes' pairs in one task
-// per (sequence, KV head): it keeps every K/V tile and its dK and dV in the thread's
-// scratch, and computes each pair's P and dS once for its three products, in the order
-// each pass gives its outputs, so its bits are the two passes' bits. Query blocks start at multiples of kBlockQ and key tiles at multiples of kBlockK
+// thread. Query blocks start at multiples of kBlockQ and key tiles at multiples of kBlockK
 // and always hold every row (key) of the sequence they cover, so each (query block, key
 // tile) pair does the same arithmetic whichever blocks share a task: the results do not
 // depend on the grouping, hence not on the thread count. Score tiles are key-major (see
 // scores.hpp).
+//
+// The one-pass backward (backward_one_pass) runs both passes' pairs in one task per
+// (sequence, KV head): it keeps every K/V tile and its dK and dV in the thread's scratch
+// and computes each pair's P and dS once for its three products, giving each output its
+// pairs in the order its pass does, so its bits are the two passes' bits.
 //
 // With bf16 products (gemm_bf16.hpp) every product takes bf16 operands packed from the
 // fp32 tiles, each once per load (a product that sets a non-finite value aside packs its
@@ -35,7 +37,7 @@
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
 // One loaded query block: its rows, the product operands made from them, the saved lse
-// and D, and (dQ pass) its dQ.
+// and D, and (dQ pass, one pass) its dQ.
 struct QueryTiles {
   int row0 = 0, rows = 0;  // the rows loaded
   float* q_rows;    // [kBlockQ][d_pad]
@@ -53,7 +55,7 @@ struct QueryTiles {
   uint32_t* do_pairs = nullptr;   // [kBlockQ / 2][dv_pad]: dV += P^T dO
 };
 
-// One loaded key block (K/V tile) and (dK/dV pass) its dK and dV.
+// One loaded key block (K/V tile) and (dK/dV pass, one pass) its dK and dV.
 struct KeyTiles {
   int key0 = 0, keys = 0;  // the keys loaded
   float* k;   // [kBlockK][d_pad]
