@@ -1,8 +1,14 @@
-// The backward driver: the dK/dV pass (one task per few key blocks, sequence and KV head)
-// and the dQ pass (one task per few query blocks, sequence and head). Each output row is
-// written by exactly one task, so the result is the same run to run whatever the schedule
-// (and the number of blocks per task, which follows the thread count, changes no result).
+// The backward driver. Two plans with the same bits (backward_kernels.hpp):
+//   two passes: the dK/dV pass (one task per few key blocks, sequence and KV head) and the
+//     dQ pass (one task per few query blocks, sequence and head);
+//   one pass: one task per (sequence, KV head), each pair's P and dS computed once for
+//     dK, dV and dQ, with the sequence's K/V tiles and their dK and dV in the scratch.
+// Each output row is written by exactly one task, so the result is the same run to run
+// whatever the schedule (and the number of blocks per task, which follows the thread
+// count, changes no result).
 #include <omp.h>
+
+#include <atomic>
 
 #include "cpu/tiled/kernel_set.hpp"
 #include "cpu/tiled/sequence.hpp"
@@ -10,14 +16,42 @@
 #include "cpu/tiled/tiled.hpp"
 
 namespace flashattn::cpu::tiled {
+namespace {
 
-Status backward(const core::BackwardParams& params) {
-  const KernelSet& kernels = selected_kernels();
+std::atomic<BackwardPlan> forced_plan{BackwardPlan::kAutomatic};
+
+// The most scratch per thread the one pass takes (its K/V tiles grow with the sequence);
+// longer sequences run the two passes, whose scratch is a few tiles.
+constexpr size_t kOnePassScratchBytes = size_t{32} << 20;
+
+// The one pass has only batch x KV head tasks, each a whole head group: it runs when they
+// keep every thread busy to the end, as many tasks as threads and either a multiple of
+// them or enough that the last round is short.
+bool one_pass_suits(const core::BackwardParams& params, size_t scratch_floats, int threads) {
+  const int64_t tasks = static_cast<int64_t>(params.batch) * params.nheads_k;
+  const bool balanced = tasks >= threads && (tasks % threads == 0 || tasks >= 4 * threads);
+  return balanced && scratch_floats * sizeof(float) <= kOnePassScratchBytes;
+}
+
+void one_pass(const core::BackwardParams& params, const KernelSet& kernels,
+              const ThreadScratch& scratch) {
+  const int64_t tasks = static_cast<int64_t>(params.batch) * params.nheads_k;
+#pragma omp parallel
+  {
+    float* tiles = scratch.slice(omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      kernels.backward_one_pass(params, static_cast<int>(task / params.nheads_k),
+                                static_cast<int>(task % params.nheads_k), tiles);
+    }
+  }
+}
+
+Status two_passes(const core::BackwardParams& params, const KernelSet& kernels, int threads) {
   ThreadScratch scratch;
   Status status = scratch.allocate(kernels.backward_scratch_floats(params));
   if (!status.ok()) return status;
 
-  const int threads = omp_get_max_threads();
   const int k_blocks =
       (longest_key_sequence(params) + kernels.backward_keys - 1) / kernels.backward_keys;
   const int64_t kv_heads = static_cast<int64_t>(params.batch) * params.nheads_k;
@@ -55,6 +89,29 @@ Status backward(const core::BackwardParams& params) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+void force_backward_plan(BackwardPlan plan) {
+  forced_plan.store(plan, std::memory_order_relaxed);
+}
+
+Status backward(const core::BackwardParams& params) {
+  const KernelSet& kernels = selected_kernels();
+  const int threads = omp_get_max_threads();
+  const BackwardPlan plan = forced_plan.load(std::memory_order_relaxed);
+  if (plan != BackwardPlan::kTwoPasses) {
+    const size_t floats = kernels.backward_one_pass_scratch_floats(params);
+    ThreadScratch scratch;
+    // Without the memory for it, the two passes give the same bits in a few tiles.
+    if ((plan == BackwardPlan::kOnePass || one_pass_suits(params, floats, threads)) &&
+        scratch.allocate(floats).ok()) {
+      one_pass(params, kernels, scratch);
+      return Status::Ok();
+    }
+  }
+  return two_passes(params, kernels, threads);
 }
 
 }  // namespace flashattn::cpu::tiled

@@ -13,6 +13,11 @@
 // depend on the grouping, hence not on the thread count. Score tiles are key-major (see
 // scores.hpp).
 //
+// The one-pass backward (backward_one_pass) runs both passes' pairs in one task per
+// (sequence, KV head): it keeps every K/V tile and its dK and dV in the thread's scratch
+// and computes each pair's P and dS once for its three products, giving each output its
+// pairs in the order its pass does, so its bits are the two passes' bits.
+//
 // With bf16 products (gemm_bf16.hpp) every product takes bf16 operands packed from the
 // fp32 tiles, each once per load (a product that sets a non-finite value aside packs its
 // operand again, and again after restoring it), and dQ is kept transposed
@@ -32,7 +37,7 @@
 namespace flashattn::cpu::tiled::FA_TILED_ISA {
 
 // One loaded query block: its rows, the product operands made from them, the saved lse
-// and D, and (dQ pass) its dQ.
+// and D, and (dQ pass, one pass) its dQ.
 struct QueryTiles {
   int row0 = 0, rows = 0;  // the rows loaded
   float* q_rows;    // [kBlockQ][d_pad]
@@ -50,7 +55,7 @@ struct QueryTiles {
   uint32_t* do_pairs = nullptr;   // [kBlockQ / 2][dv_pad]: dV += P^T dO
 };
 
-// One loaded key block (K/V tile) and (dK/dV pass) its dK and dV.
+// One loaded key block (K/V tile) and (dK/dV pass, one pass) its dK and dV.
 struct KeyTiles {
   int key0 = 0, keys = 0;  // the keys loaded
   float* k;   // [kBlockK][d_pad]
@@ -63,15 +68,16 @@ struct KeyTiles {
   uint16_t* kt16 = nullptr;  // [d_pad][kBlockK]: dQ^T += K^T dS
 };
 
-// The per-thread tiles: kGroupB query blocks and kGroupB key blocks (a dK/dV task uses
-// one query block and up to kGroupB key blocks, a dQ task the converse), and the score
-// tiles of the pair at hand.
+// The per-thread tiles: query blocks and key blocks (a dK/dV task uses one query block
+// and up to kGroupB key blocks, a dQ task the converse, a one-pass task one query block and
+// every key block of its sequence), and the score tiles of the pair at hand.
 struct BackwardTiles {
   bool bf16;  // the tile products run in bf16
   int d, dv, d_pad, dv_pad;
   int d_bf16, dv_bf16;  // d and dv padded to kBf16Depth
   QueryTiles query[kGroupB];
-  KeyTiles key[kGroupB];
+  float* key_base;    // the key blocks' tiles, key_floats apart (key_tiles)
+  size_t key_floats;
   float* p;         // [kBlockK][kBlockQ]: scores, then P
   float* ds;        // [kBlockK][kBlockQ]: dP, then dS (softmax scale included)
   float* pz;        // [kBlockK][kBlockQ]: dropout factors Z, then P * Z
@@ -85,7 +91,8 @@ struct BackwardTiles {
   uint32_t* ds_pairs = nullptr;  // [kBlockK / 2][kBlockQ]: dS, for dQ^T += K^T dS
   size_t floats;
 
-  BackwardTiles(float* base, int head_dim, int head_dim_v, bool bf16_products)
+  BackwardTiles(float* base, int head_dim, int head_dim_v, bool bf16_products,
+                int query_blocks = kGroupB, int key_blocks = kGroupB)
       : bf16(bf16_products),
         d(head_dim),
         dv(head_dim_v),
@@ -106,7 +113,8 @@ struct BackwardTiles {
       ds16 = carve.take_u16(score_tile);
       ds_pairs = carve.take_u32(score_tile / 2);
     }
-    for (QueryTiles& q : query) {
+    for (int g = 0; g < query_blocks; ++g) {
+      QueryTiles& q = query[g];
       q.q_rows = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
       q.do_rows = carve.take(static_cast<size_t>(kBlockQ) * dv_pad);
       q.dq = carve.take(static_cast<size_t>(kBlockQ) * d_pad);
@@ -122,18 +130,32 @@ struct BackwardTiles {
         q.dot = carve.take(static_cast<size_t>(dv) * kBlockQ);
       }
     }
-    for (KeyTiles& k : key) {
-      k.k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
-      k.v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
-      k.dk = carve.take(static_cast<size_t>(kBlockK) * d_pad);
-      k.dv = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
-      if (bf16) {
-        k.k16 = carve.take_u16(static_cast<size_t>(kBlockK) * d_bf16);
-        k.v16 = carve.take_u16(static_cast<size_t>(kBlockK) * dv_bf16);
-        k.kt16 = carve.take_u16(static_cast<size_t>(d_pad) * kBlockK);
-      }
-    }
+    Carver count(nullptr);
+    carve_key(count);
+    key_floats = count.used();
+    key_base = carve.take(key_floats * key_blocks);
     floats = carve.used();
+  }
+
+  // The tiles of key block g (key0 and keys left for the caller).
+  KeyTiles key_tiles(int g) const {
+    Carver carve(key_base + key_floats * g);
+    return carve_key(carve);
+  }
+
+ private:
+  KeyTiles carve_key(Carver& carve) const {
+    KeyTiles k;
+    k.k = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+    k.v = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    k.dk = carve.take(static_cast<size_t>(kBlockK) * d_pad);
+    k.dv = carve.take(static_cast<size_t>(kBlockK) * dv_pad);
+    if (bf16) {
+      k.k16 = carve.take_u16(static_cast<size_t>(kBlockK) * d_bf16);
+      k.v16 = carve.take_u16(static_cast<size_t>(kBlockK) * dv_bf16);
+      k.kt16 = carve.take_u16(static_cast<size_t>(d_pad) * kBlockK);
+    }
+    return k;
   }
 };
 
@@ -333,44 +355,50 @@ void fused_gradients(const ScoreRule& rule, const QueryTiles& q, int keys,
   }
 }
 
-// dK/dV pass: P and dS as the A operands t.p16 and t.ds16 (out_rows x depth, zero
-// outside keys x rows).
-inline void fused_key_major_operands(const ScoreRule& rule, const QueryTiles& q, int keys,
-                                     int out_rows, int depth, const BackwardTiles& t) {
+// fused_gradients' P and dS, rounded into the operands that the products of
+// pair_gradients take: with DkDv, the A operands t.p16 and t.ds16 of dV and dK (out_rows x
+// depth, depth = the block's rows rounded up, zero outside keys x rows); with Dq, the row
+// pairs t.ds_pairs of dQ^T (depth / 2 x cols, depth = keys rounded up, zero outside keys x
+// rows).
+template <bool DkDv, bool Dq>
+void fused_operands(const ScoreRule& rule, const QueryTiles& q, int keys,
+                    const BackwardTiles& t) {
   const int cols = round_up_lanes(q.rows);
   const auto put_row = [](uint16_t* dst, VecF x) {
     const VecH bits = computed_bf16(x);
     std::memcpy(dst, &bits, sizeof bits);
   };
   fused_gradients(rule, q, keys, t, [&](int j, int c, VecF p, VecF ds) {
-    put_row(t.p16 + j * kBlockQ + c, p);
-    put_row(t.ds16 + j * kBlockQ + c, ds);
-  });
-  for (int j = 0; j < out_rows; ++j) {
-    const int from = j < keys ? cols : 0;
-    std::memset(t.p16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
-    std::memset(t.ds16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
-  }
-}
-
-// dQ pass: dS as the row pairs t.ds_pairs (depth / 2 x cols, zero outside keys x rows).
-inline void fused_ds_pairs(const ScoreRule& rule, const QueryTiles& q, int keys, int depth,
-                           const BackwardTiles& t) {
-  const int cols = round_up_lanes(q.rows);
-  fused_gradients(rule, q, keys, t, [&](int j, int c, VecF, VecF ds) {
-    uint32_t* word = t.ds_pairs + (j / 2) * kBlockQ + c;
-    VecU bits = computed_bf16_bits(ds);
-    if (j % 2 == 1) {
-      VecU low;
-      std::memcpy(&low, word, sizeof low);
-      bits = word_pairs(low, bits);
+    if constexpr (DkDv) {
+      put_row(t.p16 + j * kBlockQ + c, p);
+      put_row(t.ds16 + j * kBlockQ + c, ds);
     }
-    std::memcpy(word, &bits, sizeof bits);
+    if constexpr (Dq) {
+      uint32_t* word = t.ds_pairs + (j / 2) * kBlockQ + c;
+      VecU bits = computed_bf16_bits(ds);
+      if (j % 2 == 1) {
+        VecU low;
+        std::memcpy(&low, word, sizeof low);
+        bits = word_pairs(low, bits);
+      }
+      std::memcpy(word, &bits, sizeof bits);
+    }
   });
-  // An odd last key pairs with zeros; pairs past the keys are zero.
-  for (int k = keys / 2; 2 * k < depth; ++k) {
-    if (2 * k + 1 == keys) continue;
-    std::memset(t.ds_pairs + k * kBlockQ, 0, sizeof(uint32_t) * cols);
+  if constexpr (DkDv) {
+    const int depth = round_up(q.rows, kBf16Depth), out_rows = round_up(keys, kBf16Rows);
+    for (int j = 0; j < out_rows; ++j) {
+      const int from = j < keys ? cols : 0;
+      std::memset(t.p16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
+      std::memset(t.ds16 + j * kBlockQ + from, 0, sizeof(uint16_t) * (depth - from));
+    }
+  }
+  if constexpr (Dq) {
+    // An odd last key pairs with zeros; pairs past the keys are zero.
+    const int depth = round_up(keys, kBf16Depth);
+    for (int k = keys / 2; 2 * k < depth; ++k) {
+      if (2 * k + 1 == keys) continue;
+      std::memset(t.ds_pairs + k * kBlockQ, 0, sizeof(uint32_t) * cols);
+    }
   }
 }
 
@@ -406,20 +434,11 @@ inline auto add_to(float* c, int64_t ldc) {
   return [c, ldc](int m, int n, float term) { c[m * ldc + n] += term; };
 }
 
-// dQ of one query block (loaded, dQ zeroed) from one key block (loaded with K^T).
-inline void dq_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const BackwardTiles& t) {
+// dQ += dS K of one pair (t.ds holds dS).
+inline void dq_product(const ScoreRule& rule, bool partly_masked, KeyTiles& k, QueryTiles& q,
+                       const BackwardTiles& t) {
   const int row0 = q.row0, rows = q.rows, key0 = k.key0, keys = k.keys;
   const int cols = round_up_lanes(rows);
-  if (fused_pair(rule, q, k, t)) {
-    const int depth = round_up(keys, kBf16Depth);
-    score_products(q, k, rule.scale, true, t);
-    fused_ds_pairs(rule, q, keys, depth, t);
-    gemm_bf16(t.d_pad, cols, depth, k.kt16, kBlockK, t.ds_pairs, kBlockQ, q.dq, kBlockQ, true);
-    return;
-  }
-  score_products(q, k, rule.scale, false, t);
-  tile_gradients(rule, q, key0, keys, t);
-  const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, keys);
   const auto ds_entry = [&](int m, int j) { return t.ds[j * kBlockQ + m]; };
   const auto pair = [&](int m, int j) { return std::pair{row0 + m, key0 + j}; };
   if (t.bf16) {
@@ -447,22 +466,10 @@ inline void dq_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const Bac
   }
 }
 
-// dK and dV of one key block (loaded, zeroed) from one query block (loaded).
-inline void dkdv_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const BackwardTiles& t) {
+// dV += P^T dO and dK += dS^T Q of one pair (p_for_dv holds P or P * Z, t.ds dS).
+inline void dkdv_products(const ScoreRule& rule, bool partly_masked, KeyTiles& k, QueryTiles& q,
+                          const float* p_for_dv, const BackwardTiles& t) {
   const int row0 = q.row0, rows = q.rows, key0 = k.key0, live = k.keys;
-  if (fused_pair(rule, q, k, t)) {
-    const int depth = round_up(rows, kBf16Depth), out_rows = round_up(live, kBf16Rows);
-    score_products(q, k, rule.scale, true, t);
-    fused_key_major_operands(rule, q, live, out_rows, depth, t);
-    gemm_bf16(out_rows, t.dv_pad, depth, t.p16, kBlockQ, q.do_pairs, t.dv_pad, k.dv, t.dv_pad,
-              true);
-    gemm_bf16(out_rows, t.d_pad, depth, t.ds16, kBlockQ, q.q_pairs, t.d_pad, k.dk, t.d_pad,
-              true);
-    return;
-  }
-  score_products(q, k, rule.scale, false, t);
-  const float* p_for_dv = tile_gradients(rule, q, key0, live, t);
-  const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, live);
   const auto pair = [&](int m, int j) { return std::pair{row0 + j, key0 + m}; };
   const auto p_entry = [&](int m, int j) { return p_for_dv[m * kBlockQ + j]; };
   const auto ds_entry = [&](int m, int j) { return t.ds[m * kBlockQ + j]; };
@@ -510,17 +517,103 @@ inline void dkdv_pair(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const B
   }
 }
 
+// One pair of a key block (loaded, with K^T when Dq; dK and dV zeroed before its first
+// pair) and a query block (loaded, dQ zeroed before its first pair): P and dS once, then
+// dV and dK (DkDv) and dQ (Dq). Each product's arithmetic depends on the pair alone, not
+// on which others run, so the passes and the one-pass backward agree bit for bit.
+template <bool DkDv, bool Dq>
+void pair_gradients(const ScoreRule& rule, KeyTiles& k, QueryTiles& q, const BackwardTiles& t) {
+  const int row0 = q.row0, rows = q.rows, key0 = k.key0, keys = k.keys;
+  const int cols = round_up_lanes(rows);
+  if (fused_pair(rule, q, k, t)) {
+    score_products(q, k, rule.scale, true, t);
+    fused_operands<DkDv, Dq>(rule, q, keys, t);
+    if constexpr (DkDv) {
+      const int depth = round_up(rows, kBf16Depth), out_rows = round_up(keys, kBf16Rows);
+      gemm_bf16(out_rows, t.dv_pad, depth, t.p16, kBlockQ, q.do_pairs, t.dv_pad, k.dv,
+                t.dv_pad, true);
+      gemm_bf16(out_rows, t.d_pad, depth, t.ds16, kBlockQ, q.q_pairs, t.d_pad, k.dk, t.d_pad,
+                true);
+    }
+    if constexpr (Dq) {
+      gemm_bf16(t.d_pad, cols, round_up(keys, kBf16Depth), k.kt16, kBlockK, t.ds_pairs,
+                kBlockQ, q.dq, kBlockQ, true);
+    }
+    return;
+  }
+  score_products(q, k, rule.scale, false, t);
+  const float* p_for_dv = tile_gradients(rule, q, key0, keys, t);
+  const bool partly_masked = !rule.block_fully_visible(row0, rows, key0, keys);
+  if constexpr (DkDv) dkdv_products(rule, partly_masked, k, q, p_for_dv, t);
+  if constexpr (Dq) dq_product(rule, partly_masked, k, q, t);
+}
+
 // Whether the non-empty range `r` meets [lo, lo + count): a tile at lo that a grouped block's
 // rows or keys reach.
 inline bool meets(const core::KeyRange& r, int lo, int count) {
   return r.begin < r.end && r.begin < lo + count && lo < r.end;
 }
 
+// Writes the dQ of query block q (head h) to params.dq.
+template <ElementType Type>
+void store_dq(const core::BackwardParams& params, const SequenceRows& seq, int h,
+              const QueryTiles& q, const BackwardTiles& t) {
+  using Element = Storage<Type>;
+  Element* dq = static_cast<Element*>(params.dq.ptr) +
+                element_offset(params.dq, seq.batch, seq.q_row0 + q.row0, h);
+  const auto dq_row = [&](int r) { return dq + r * params.dq.row_stride; };
+  if (t.bf16) {
+    store_columns<Type>(q.dq, kBlockQ, q.rows, t.d, nullptr, dq_row);
+  } else {
+    store_rows<Type>(q.dq, t.d_pad, q.rows, t.d, nullptr, dq_row);
+  }
+}
+
+// Key block k of KV head hk: zeroes its dK and dV and loads its live keys (those before
+// seqlen_k; keys past seqused_k are rows of the sequence nobody attends, whose gradient is
+// 0), with K^T when `transposed`.
+template <ElementType Type>
+void start_key_block(const core::BackwardParams& params, const SequenceRows& seq, int hk,
+                     int key0, bool transposed, const BackwardTiles& t, KeyTiles* k) {
+  zero(k->dk, static_cast<size_t>(kBlockK) * t.d_pad);
+  zero(k->dv, static_cast<size_t>(kBlockK) * t.dv_pad);
+  const int live = std::clamp(seq.seqlen_k - key0, 0, kBlockK);
+  k->key0 = key0;
+  k->keys = live;
+  if (live > 0) load_key_block<Type>(params, seq, hk, key0, live, transposed, t, k);
+}
+
+// Writes the dK and dV of key block k (KV head hk) to params.dk and params.dv, zero past
+// the live keys.
+template <ElementType Type>
+void store_dkdv(const core::BackwardParams& params, const SequenceRows& seq, int hk,
+                const KeyTiles& k, const BackwardTiles& t) {
+  using Element = Storage<Type>;
+  const int keys = std::min(kBlockK, seq.rows_k - k.key0);
+  Element* dk = static_cast<Element*>(params.dk.ptr) +
+                element_offset(params.dk, seq.batch, seq.k_row0 + k.key0, hk);
+  Element* dv = static_cast<Element*>(params.dv.ptr) +
+                element_offset(params.dv, seq.batch, seq.k_row0 + k.key0, hk);
+  store_rows<Type>(k.dk, t.d_pad, keys, t.d, nullptr,
+                   [&](int r) { return dk + r * params.dk.row_stride; });
+  store_rows<Type>(k.dv, t.dv_pad, keys, t.dv, nullptr,
+                   [&](int r) { return dv + r * params.dv.row_stride; });
+}
+
+// The pairs each pass runs: the dQ pass pairs a query block with the key tiles that meet
+// the keys its rows see, the dK/dV pass a key block with the query blocks that meet the
+// rows that see its keys. The one-pass backward asks both, so it runs the same pairs.
+inline bool dq_pass_pair(const core::KeyRange& block_keys, int key0) {
+  return meets(block_keys, key0, kBlockK);
+}
+inline bool dkdv_pass_pair(const ScoreRule& rule, const KeyTiles& k, int row0) {
+  return k.keys > 0 && meets(rule.rows_of_keys(k.key0, k.keys), row0, kBlockQ);
+}
+
 // Query blocks [q_block, q_block + blocks) (blocks <= kGroupB) of (sequence b, head h): dq.
 template <ElementType Type>
 void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_block,
                        int blocks, float* scratch) {
-  using Element = Storage<Type>;
   const SequenceRows seq = sequence_rows(params, b);
   const int hk = h / (params.nheads / params.nheads_k);
   BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
@@ -544,31 +637,21 @@ void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_b
   }
 
   // Tiles at multiples of kBlockK, as in the forward, each loaded once for the blocks.
-  KeyTiles& k = t.key[0];
+  KeyTiles k = t.key_tiles(0);
   for (int key0 = keys.begin / kBlockK * kBlockK; key0 < keys.end; key0 += kBlockK) {
     bool tile_loaded = false;
     for (int g = 0; g < loaded; ++g) {
-      if (!meets(block_keys[g], key0, kBlockK)) continue;
+      if (!dq_pass_pair(block_keys[g], key0)) continue;
       if (!tile_loaded) {
         load_key_block<Type>(params, seq, hk, key0, std::min(kBlockK, seq.seqlen_k - key0),
                              true, t, &k);
         tile_loaded = true;
       }
-      dq_pair(rule, k, t.query[g], t);
+      pair_gradients<false, true>(rule, k, t.query[g], t);
     }
   }
 
-  for (int g = 0; g < loaded; ++g) {
-    const QueryTiles& q = t.query[g];
-    Element* dq = static_cast<Element*>(params.dq.ptr) +
-                  element_offset(params.dq, seq.batch, seq.q_row0 + q.row0, h);
-    const auto dq_row = [&](int r) { return dq + r * params.dq.row_stride; };
-    if (t.bf16) {
-      store_columns<Type>(q.dq, kBlockQ, q.rows, t.d, nullptr, dq_row);
-    } else {
-      store_rows<Type>(q.dq, t.d_pad, q.rows, t.d, nullptr, dq_row);
-    }
-  }
+  for (int g = 0; g < loaded; ++g) store_dq<Type>(params, seq, h, t.query[g], t);
 }
 
 // Key blocks [k_block, k_block + blocks) (blocks <= kGroupB) of (sequence b, KV head hk):
@@ -576,23 +659,17 @@ void backward_dq_block(const core::BackwardParams& params, int b, int h, int q_b
 template <ElementType Type>
 void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int k_block,
                          int blocks, float* scratch) {
-  using Element = Storage<Type>;
   const SequenceRows seq = sequence_rows(params, b);
   BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>);
   [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
 
   int loaded = 0;
+  KeyTiles key[kGroupB];
   for (; loaded < blocks; ++loaded) {
     const int key0 = (k_block + loaded) * kBlockK;
     if (key0 >= seq.rows_k) break;
-    KeyTiles& k = t.key[loaded];
-    zero(k.dk, static_cast<size_t>(kBlockK) * t.d_pad);
-    zero(k.dv, static_cast<size_t>(kBlockK) * t.dv_pad);
-    // Keys past seqused_k are rows of the sequence nobody attends: their gradient is 0.
-    const int live = std::clamp(seq.seqlen_k - key0, 0, kBlockK);
-    k.key0 = key0;
-    k.keys = live;
-    if (live > 0) load_key_block<Type>(params, seq, hk, key0, live, false, t, &k);
+    key[loaded] = t.key_tiles(loaded);
+    start_key_block<Type>(params, seq, hk, key0, false, t, &key[loaded]);
   }
 
   const int group = params.nheads / params.nheads_k;
@@ -600,46 +677,96 @@ void backward_dkdv_block(const core::BackwardParams& params, int b, int hk, int 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
     const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
     core::KeyRange rows{seq.seqlen_q, 0};
-    core::KeyRange block_rows[kGroupB];
     for (int g = 0; g < loaded; ++g) {
-      const KeyTiles& k = t.key[g];
-      block_rows[g] = k.keys > 0 ? rule.rows_of_keys(k.key0, k.keys) : core::KeyRange{0, 0};
-      if (block_rows[g].begin >= block_rows[g].end) continue;
-      rows = {std::min(rows.begin, block_rows[g].begin), std::max(rows.end, block_rows[g].end)};
+      const KeyTiles& k = key[g];
+      if (k.keys == 0) continue;
+      const core::KeyRange block_rows = rule.rows_of_keys(k.key0, k.keys);
+      if (block_rows.begin >= block_rows.end) continue;
+      rows = {std::min(rows.begin, block_rows.begin), std::max(rows.end, block_rows.end)};
     }
     // Query blocks at multiples of kBlockQ, whatever the key block, each loaded once for
     // the key blocks.
     for (int row0 = rows.begin / kBlockQ * kBlockQ; row0 < rows.end; row0 += kBlockQ) {
       bool block_loaded = false;
       for (int g = 0; g < loaded; ++g) {
-        if (!meets(block_rows[g], row0, kBlockQ)) continue;
+        if (!dkdv_pass_pair(rule, key[g], row0)) continue;
         if (!block_loaded) {
           load_query_block<Type>(params, seq, h, row0, std::min(kBlockQ, seq.seqlen_q - row0),
                                  rule.scale, t, &q);
           block_loaded = true;
         }
-        dkdv_pair(rule, t.key[g], q, t);
+        pair_gradients<true, false>(rule, key[g], q, t);
       }
     }
   }
 
-  for (int g = 0; g < loaded; ++g) {
-    const KeyTiles& k = t.key[g];
-    const int keys = std::min(kBlockK, seq.rows_k - k.key0);
-    Element* dk = static_cast<Element*>(params.dk.ptr) +
-                  element_offset(params.dk, seq.batch, seq.k_row0 + k.key0, hk);
-    Element* dv = static_cast<Element*>(params.dv.ptr) +
-                  element_offset(params.dv, seq.batch, seq.k_row0 + k.key0, hk);
-    store_rows<Type>(k.dk, t.d_pad, keys, t.d, nullptr,
-                     [&](int r) { return dk + r * params.dk.row_stride; });
-    store_rows<Type>(k.dv, t.dv_pad, keys, t.dv, nullptr,
-                     [&](int r) { return dv + r * params.dv.row_stride; });
+  for (int g = 0; g < loaded; ++g) store_dkdv<Type>(params, seq, hk, key[g], t);
+}
+
+// Key blocks of a sequence of `rows_k` keys.
+inline int key_blocks_of(int rows_k) { return (rows_k + kBlockK - 1) / kBlockK; }
+
+// All of (sequence b, KV head hk) in one task: dk and dv, and dq of the group's query
+// heads. Every K/V tile is loaded once (with K^T) and keeps its dK and dV in scratch;
+// query heads ascending, then query blocks ascending, each loaded once and paired with the
+// key blocks ascending. So dK and dV take their pairs in the dK/dV pass's order and dQ in
+// the dQ pass's, and a pair that only one pass runs runs only that pass's products.
+template <ElementType Type>
+void backward_one_pass(const core::BackwardParams& params, int b, int hk, float* scratch) {
+  const SequenceRows seq = sequence_rows(params, b);
+  const int key_blocks = key_blocks_of(seq.rows_k);
+  BackwardTiles t(scratch, params.head_dim, params.head_dim_v, kBf16Products<Type>, 1,
+                  key_blocks);
+  [[maybe_unused]] const auto products = product_scope<Type>(kBf16Products<Type>);
+  const auto key_block = [&](int g) {
+    KeyTiles k = t.key_tiles(g);
+    k.key0 = g * kBlockK;
+    k.keys = std::clamp(seq.seqlen_k - k.key0, 0, kBlockK);
+    return k;
+  };
+  for (int g = 0; g < key_blocks; ++g) {
+    KeyTiles k = t.key_tiles(g);
+    start_key_block<Type>(params, seq, hk, g * kBlockK, true, t, &k);
   }
+
+  const int group = params.nheads / params.nheads_k;
+  QueryTiles& q = t.query[0];
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    const ScoreRule rule = score_rule(params, b, h, seq.seqlen_q, seq.seqlen_k);
+    for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBlockQ) {
+      load_query_block<Type>(params, seq, h, row0, std::min(kBlockQ, seq.seqlen_q - row0),
+                             rule.scale, t, &q);
+      zero(q.dq, static_cast<size_t>(kBlockQ) * t.d_pad);
+      const core::KeyRange block_keys = rule.keys_of_rows(q.row0, q.rows);
+      for (int g = 0; g < key_blocks; ++g) {
+        KeyTiles k = key_block(g);
+        const bool dq = dq_pass_pair(block_keys, k.key0);
+        const bool dkdv = dkdv_pass_pair(rule, k, row0);
+        if (dq && dkdv) {
+          pair_gradients<true, true>(rule, k, q, t);
+        } else if (dq) {
+          pair_gradients<false, true>(rule, k, q, t);
+        } else if (dkdv) {
+          pair_gradients<true, false>(rule, k, q, t);
+        }
+      }
+      store_dq<Type>(params, seq, h, q, t);
+    }
+  }
+
+  for (int g = 0; g < key_blocks; ++g) store_dkdv<Type>(params, seq, hk, key_block(g), t);
 }
 
 inline size_t backward_scratch_floats(const core::BackwardParams& params) {
   return BackwardTiles(nullptr, params.head_dim, params.head_dim_v,
                        uses_bf16_products(params.dtype))
+      .floats;
+}
+
+inline size_t backward_one_pass_scratch_floats(const core::BackwardParams& params) {
+  return BackwardTiles(nullptr, params.head_dim, params.head_dim_v,
+                       uses_bf16_products(params.dtype), 1,
+                       key_blocks_of(longest_key_sequence(params)))
       .floats;
 }
 

@@ -66,6 +66,12 @@ struct DqBlock {
     backward_dq_block<Type>(params, b, h, q_block, blocks, s);
   }
 };
+template <ElementType Type>
+struct OnePassBackward {
+  static void run(const core::BackwardParams& params, int b, int hk, float* s) {
+    backward_one_pass<Type>(params, b, hk, s);
+  }
+};
 template <class Types>
 struct KVCacheBlock {
   static void run(const core::KVCacheParams& params, const SplitPartials& partials, int b,
@@ -89,6 +95,7 @@ inline KernelSet make_kernel_set(const char* name) {
   set.forward_scratch_floats = forward_scratch_floats;
   set.backward_scratch_floats = backward_scratch_floats;
   set.kvcache_scratch_floats = kvcache_scratch_floats;
+  set.backward_one_pass_scratch_floats = backward_one_pass_scratch_floats;
   set.forward_block = [](const core::AttentionParams& p, int b, int h, int row0, int rows,
                          float* s) { for_operand_types<ForwardBlock>(p, p, b, h, row0, rows, s); };
   set.backward_dkdv_block = [](const core::BackwardParams& p, int b, int hk, int k_block,
@@ -98,6 +105,9 @@ inline KernelSet make_kernel_set(const char* name) {
   set.backward_dq_block = [](const core::BackwardParams& p, int b, int h, int q_block,
                              int blocks, float* s) {
     for_dtype<DqBlock>(p.dtype, p, b, h, q_block, blocks, s);
+  };
+  set.backward_one_pass = [](const core::BackwardParams& p, int b, int hk, float* s) {
+    for_dtype<OnePassBackward>(p.dtype, p, b, hk, s);
   };
   set.kvcache_block = [](const core::KVCacheParams& p, const SplitPartials& partials, int b,
                          int hk, int row0, int rows, int split, float* s) {
@@ -130,6 +140,10 @@ KernelSet make_bf16_kernel_set(const char* name) {
   set.kvcache_scratch_floats = [](const core::KVCacheParams& p) {
     return bf16_call(p) ? kvcache_scratch_floats(p) : Base().kvcache_scratch_floats(p);
   };
+  set.backward_one_pass_scratch_floats = [](const core::BackwardParams& p) {
+    return p.dtype == ElementType::kBF16 ? backward_one_pass_scratch_floats(p)
+                                         : Base().backward_one_pass_scratch_floats(p);
+  };
   set.forward_block = [](const core::AttentionParams& p, int b, int h, int row0, int rows,
                          float* s) {
     if (!bf16_call(p)) return Base().forward_block(p, b, h, row0, rows, s);
@@ -146,6 +160,10 @@ KernelSet make_bf16_kernel_set(const char* name) {
                              int blocks, float* s) {
     if (p.dtype != ElementType::kBF16) return Base().backward_dq_block(p, b, h, q_block, blocks, s);
     backward_dq_block<ElementType::kBF16>(p, b, h, q_block, blocks, s);
+  };
+  set.backward_one_pass = [](const core::BackwardParams& p, int b, int hk, float* s) {
+    if (p.dtype != ElementType::kBF16) return Base().backward_one_pass(p, b, hk, s);
+    backward_one_pass<ElementType::kBF16>(p, b, hk, s);
   };
   set.kvcache_block = [](const core::KVCacheParams& p, const SplitPartials& partials, int b,
                          int hk, int row0, int rows, int split, float* s) {

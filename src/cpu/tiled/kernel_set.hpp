@@ -34,6 +34,7 @@ struct KernelSet {
   size_t (*forward_scratch_floats)(const core::AttentionParams& params);
   size_t (*backward_scratch_floats)(const core::BackwardParams& params);
   size_t (*kvcache_scratch_floats)(const core::KVCacheParams& params);
+  size_t (*backward_one_pass_scratch_floats)(const core::BackwardParams& params);
 
   // Query rows [row0, row0 + rows) of (sequence b, head h), rows <= max_group * block_q:
   // out and lse.
@@ -47,6 +48,9 @@ struct KernelSet {
   // backward_group, of (sequence b, head h): dq.
   void (*backward_dq_block)(const core::BackwardParams& params, int b, int h, int q_block,
                             int blocks, float* scratch);
+  // Every block of (sequence b, KV head hk) in one pass: dk and dv, and dq of the group's
+  // query heads, with the bits of backward_dkdv_block and backward_dq_block.
+  void (*backward_one_pass)(const core::BackwardParams& params, int b, int hk, float* scratch);
   // Query rows [row0, row0 + rows) of every query head of (batch entry b, KV head hk),
   // (nheads / nheads_k) * rows <= max_group * block_q, over split `split` of their keys
   // (after the new keys were appended); writes out/lse when partials.splits == 1.
