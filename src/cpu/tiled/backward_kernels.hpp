@@ -569,18 +569,22 @@ void store_dq(const core::BackwardParams& params, const SequenceRows& seq, int h
   }
 }
 
-// Key block k of KV head hk: zeroes its dK and dV and loads its live keys (those before
-// seqlen_k; keys past seqused_k are rows of the sequence nobody attends, whose gradient is
-// 0), with K^T when `transposed`.
+// The live keys of the key block at key0: those before seqlen_k (keys past seqused_k are
+// rows of the sequence nobody attends, whose gradient is 0).
+inline int live_keys(const SequenceRows& seq, int key0) {
+  return std::clamp(seq.seqlen_k - key0, 0, kBlockK);
+}
+
+// Key block k of KV head hk: zeroes its dK and dV and loads its live keys, with K^T when
+// `transposed`.
 template <ElementType Type>
 void start_key_block(const core::BackwardParams& params, const SequenceRows& seq, int hk,
                      int key0, bool transposed, const BackwardTiles& t, KeyTiles* k) {
   zero(k->dk, static_cast<size_t>(kBlockK) * t.d_pad);
   zero(k->dv, static_cast<size_t>(kBlockK) * t.dv_pad);
-  const int live = std::clamp(seq.seqlen_k - key0, 0, kBlockK);
   k->key0 = key0;
-  k->keys = live;
-  if (live > 0) load_key_block<Type>(params, seq, hk, key0, live, transposed, t, k);
+  k->keys = live_keys(seq, key0);
+  if (k->keys > 0) load_key_block<Type>(params, seq, hk, key0, k->keys, transposed, t, k);
 }
 
 // Writes the dK and dV of key block k (KV head hk) to params.dk and params.dv, zero past
@@ -721,7 +725,7 @@ void backward_one_pass(const core::BackwardParams& params, int b, int hk, float*
   const auto key_block = [&](int g) {
     KeyTiles k = t.key_tiles(g);
     k.key0 = g * kBlockK;
-    k.keys = std::clamp(seq.seqlen_k - k.key0, 0, kBlockK);
+    k.keys = live_keys(seq, k.key0);
     return k;
   };
   for (int g = 0; g < key_blocks; ++g) {
