@@ -2,7 +2,8 @@
 
 For each dtype, head dim and mask: flash_attn_func on CPU tensors and
 torch.nn.functional.scaled_dot_product_attention, forward and forward + backward; the median
-of --iters timed calls after one warm-up. GFLOP/s with FlashAttention-2's convention:
+of --iters timed calls after one warm-up, the two implementations alternated call by call so
+that a busy or throttling machine slows both alike. GFLOP/s with FlashAttention-2's convention:
 4 b h s^2 d for the forward (halved when causal), 3.5x that for forward + backward.
 One JSON object per line, then a table.
 
@@ -19,14 +20,18 @@ import torch.nn.functional as F
 import flashattn
 
 
-def timed(fn, iters):
-    fn()  # warm-up
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
+def timed_alternately(fns, iters):
+    """The median seconds of each closure in `fns`, called in turn `iters` times after a
+    warm-up call of each."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(iters):
+        for fn, samples in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
 
 
 def calls(impl, q, k, v, causal, backward):
@@ -82,8 +87,10 @@ def main():
                     flops = fwd_flops * (3.5 if backward else 1.0)
                     row = {"dtype": dtype_name, "hdim": d, "causal": causal,
                            "direction": direction, "threads": torch.get_num_threads()}
-                    for impl in ("flashattn", "torch"):
-                        seconds = timed(calls(impl, q, k, v, causal, backward), args.iters)
+                    impls = ("flashattn", "torch")
+                    seconds_each = timed_alternately(
+                        [calls(impl, q, k, v, causal, backward) for impl in impls], args.iters)
+                    for impl, seconds in zip(impls, seconds_each):
                         row[impl + "_ms"] = round(seconds * 1e3, 2)
                         row[impl + "_gflops"] = round(flops / seconds / 1e9, 1)
                     row["ratio"] = round(row["flashattn_gflops"] / row["torch_gflops"], 3)
