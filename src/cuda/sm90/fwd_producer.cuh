@@ -15,12 +15,15 @@
 //
 // kPaged: K and V come from a paged KV cache (FwdPageTable), a key block box by box, each box
 // from the page block_table names for it. Lane i reads the entry of box i and copies that box,
-// so a block waits for one table read rather than one per box in turn. Boxes that start past
-// the sequence's last key are not loaded (their table entries may not exist); the mask hides
-// their K rows and the mainloop zeroes their V rows.
+// so a block waits for one table read rather than one per box in turn. The entries of a block
+// are read before the producer waits for the ring slot its K goes to, so that the read's
+// latency passes while the slot drains, and kept for the V of the same block (loaded one
+// block later). Boxes that start past the sequence's last key are not loaded (their table
+// entries may not exist); the mask hides their K rows and the mainloop zeroes their V rows.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/prim/math.cuh"
 #include "cuda/sm90/fwd_params.cuh"
@@ -54,14 +57,43 @@ struct FwdProducer {
   // The lane that arms the barriers and issues every copy but the paged boxes.
   __device__ __forceinline__ bool leader() const { return !kPaged || threadIdx.x % 32 == 0; }
 
-  // Key block n of K or V (`map`) into the ring buffer `tile` at `at`, once it is empty.
+  // Where this lane's box of key block n comes from (paged; the dense kernel has no boxes).
+  struct PagedBox {
+    int boxes = 0;  // boxes of the block that hold a key of the sequence
+    int page = 0;   // this lane's box (lane < boxes): page and row in it
+    int row = 0;
+  };
+  struct NoBox {};
+  using Box = std::conditional_t<kPaged, PagedBox, NoBox>;
+
+  // Block n's box of this lane, read from block_table (the read is in flight until used).
+  __device__ __forceinline__ Box lookup(const FwdTileWork& w, int n) const {
+    Box box{};
+    if constexpr (kPaged) {
+      const FwdPageTable& pages = params.pages;
+      const int key0 = n * Shape::kBlockN;
+      const int keys = min(Shape::kBlockN, w.seq.seqlen_k - key0);
+      const int lane = static_cast<int>(threadIdx.x % 32);
+      box.boxes = (keys + pages.box_rows - 1) / pages.box_rows;
+      if (lane < box.boxes) {
+        const int key = key0 + lane * pages.box_rows;
+        const int index = key / pages.page_size;
+        box.page = __ldg(pages.block_table + w.b * pages.table_batch_stride + index);
+        box.row = key - index * pages.page_size;
+      }
+    }
+    return box;
+  }
+
+  // Key block `box`'s rows of K or V (`map`) into the ring buffer `tile` at `at`, once it is
+  // empty; `n` names the block for the dense load.
   template <class Tile>
   __device__ __forceinline__ void load_keys(uint8_t* tile, uint64_t& full, uint64_t& empty,
                                             const CUtensorMap* map, const FwdTileWork& w, int n,
-                                            const Ring& at) const {
+                                            const Box& box, const Ring& at) const {
     mbarrier::wait(addr(&empty), at.empty_parity());
     if constexpr (kPaged) {
-      load_paged_keys<Tile>(addr(tile), addr(&full), map, w, n);
+      load_paged_keys<Tile>(addr(tile), addr(&full), map, w, box);
     } else {
       // One thread.
       mbarrier::arrive_expect_tx(addr(&full), Tile::kBytes);
@@ -70,49 +102,40 @@ struct FwdProducer {
     }
   }
 
-  // Key block n from the pages of batch entry w.b, the boxes that hold a key of the sequence,
-  // one per lane. The barrier is armed for all of them before any lane issues its copy.
+  // The boxes of a key block, one per lane, from the pages `box` names. The barrier is armed
+  // for all of them before any lane issues its copy.
   template <class Tile>
   __device__ __forceinline__ void load_paged_keys(uint32_t tile, uint32_t full,
                                                   const CUtensorMap* map, const FwdTileWork& w,
-                                                  int n) const {
-    const FwdPageTable& pages = params.pages;
-    const int key0 = n * Shape::kBlockN;
-    const int keys = min(Shape::kBlockN, w.seq.seqlen_k - key0);
-    const int boxes = (keys + pages.box_rows - 1) / pages.box_rows;
+                                                  const PagedBox& box) const {
+    const int rows = params.pages.box_rows;
     const int lane = static_cast<int>(threadIdx.x % 32);
-    int page = 0, row = 0;
-    if (lane < boxes) {
-      const int key = key0 + lane * pages.box_rows;
-      const int index = key / pages.page_size;
-      page = __ldg(pages.block_table + w.b * pages.table_batch_stride + index);
-      row = key - index * pages.page_size;
-    }
     if (lane == 0) {
-      mbarrier::arrive_expect_tx(full,
-                                 boxes * pages.box_rows * Tile::kLineBytes * Tile::kPanels);
+      mbarrier::arrive_expect_tx(full, box.boxes * rows * Tile::kLineBytes * Tile::kPanels);
     }
     __syncwarp();
-    if (lane < boxes) {
-      const uint32_t dst = tile + lane * pages.box_rows * Tile::kLineBytes;
+    if (lane < box.boxes) {
+      const uint32_t dst = tile + lane * rows * Tile::kLineBytes;
 #pragma unroll
       for (int p = 0; p < Tile::kPanels; ++p) {
-        tma::load_operand_box(dst + p * Tile::kPanelBytes, map, p * Tile::kPanelCols, row, w.hk,
-                              page, full, tma::CacheHint::kEvictLast);
+        tma::load_operand_box(dst + p * Tile::kPanelBytes, map, p * Tile::kPanelCols, box.row,
+                              w.hk, box.page, full, tma::CacheHint::kEvictLast);
       }
     }
   }
-  __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Ring& at) const {
+  __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Box& box,
+                                         const Ring& at) const {
     load_keys<KTile>(smem.k[at.slot], smem.bar.k_full[at.slot], smem.bar.k_empty[at.slot],
-                     &params.k_map, w, n, at);
+                     &params.k_map, w, n, box, at);
   }
-  __device__ __forceinline__ void load_v(const FwdTileWork& w, int n, const Ring& at) const {
+  __device__ __forceinline__ void load_v(const FwdTileWork& w, int n, const Box& box,
+                                         const Ring& at) const {
     if constexpr (kVRaw) {
       load_keys<VLandTile>(smem.v_raw[at.slot], smem.bar.raw_full[at.slot],
-                           smem.bar.raw_empty[at.slot], &params.v_map, w, n, at);
+                           smem.bar.raw_empty[at.slot], &params.v_map, w, n, box, at);
     } else {
       load_keys<VTile>(smem.v[at.slot], smem.bar.v_full[at.slot], smem.bar.v_empty[at.slot],
-                       &params.v_map, w, n, at);
+                       &params.v_map, w, n, box, at);
     }
   }
 
@@ -130,7 +153,8 @@ struct FwdProducer {
       const FwdTileWork w = scheduler.work(params.p, c);
       if (!w.has_rows() || !w.has_keys()) continue;  // the MMA warpgroups skip it alike
       const int last = w.kb.end - 1;
-      load_k(w, last, kv);
+      Box k_box = lookup(w, last);
+      load_k(w, last, k_box, kv);
 
       const uint32_t q_full = addr(&smem.bar.q_full);
       mbarrier::wait(addr(&smem.bar.q_empty), tile_parity ^ 1);
@@ -146,14 +170,16 @@ struct FwdProducer {
         }
       }
 
-      Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went
+      Ring v_at = kv;  // V of block n + 1 goes where K of block n + 1 went, from its boxes
       for (int n = last - 1; n >= w.kb.begin; --n) {
+        const Box v_box = k_box;
+        k_box = lookup(w, n);
         kv.advance();
-        load_k(w, n, kv);
-        load_v(w, n + 1, v_at);
+        load_k(w, n, k_box, kv);
+        load_v(w, n + 1, v_box, v_at);
         v_at = kv;
       }
-      load_v(w, w.kb.begin, v_at);
+      load_v(w, w.kb.begin, k_box, v_at);
       kv.advance();
       tile_parity ^= 1;
     }
