@@ -214,7 +214,7 @@ constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
   switch (head_dim) {
     case 64: return {128, 128, 2};
     case 128: return {128, 192, 2};
-    case 256: return {128, 128, 2};
+    case 256: return {128, 96, 2};
     default: return {0, 0, 0};
   }
 }
