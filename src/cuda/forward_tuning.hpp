@@ -109,18 +109,22 @@ constexpr bool fwd_sm90_faster(int head_dim, bool grows, int seqlen_k) {
 }
 
 // Whether the dense forward ever takes the narrow tile: at d = 256 the 64-key blocks were
-// slower than the 80-key ones in the tuner's grid except causal 1k; d = 192 was not timed with
-// them (the ninth session's tile table, bench/history/h200-2026-12-01.md).
-constexpr bool fwd_sm90_dense_may_narrow(int head_dim) {
-  return head_dim == 64 || head_dim == 128;
+// slower than the 80-key ones in the tuner's grid except causal 1k, so only there, and only
+// without dropout (its narrow kernel was never timed and would add two instantiations to the
+// build); d = 192 was not timed with them (the ninth session's tile table,
+// bench/history/h200-2026-12-01.md).
+constexpr bool fwd_sm90_dense_may_narrow(int head_dim, bool dropout) {
+  return head_dim == 64 || head_dim == 128 || (head_dim == 256 && !dropout);
 }
 
 // Which calls run the narrow tile: `grows` (later query blocks see more keys) and seqlen_k.
 inline constexpr int kFwdSm90NarrowKeys = 2048;
+inline constexpr int kFwdSm90NarrowKeysD256 = 1024;
 constexpr bool fwd_sm90_use_narrow(int head_dim, bool grows, int seqlen_k) {
   switch (head_dim) {
     case 64: return grows && seqlen_k <= kFwdSm90NarrowKeys;
     case 128: return grows || seqlen_k <= kFwdSm90NarrowKeys;
+    case 256: return grows && seqlen_k <= kFwdSm90NarrowKeysD256;
     default: return false;
   }
 }

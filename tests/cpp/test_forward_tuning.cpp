@@ -48,9 +48,14 @@ TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
 }
 
 TEST(ForwardTuning, DenseNarrowTileOnlyWhereItWasFaster) {
-  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(192));
-  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(256));
-  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(256, true, 1024));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(192, false));
+  // d = 256: causal calls of at most 1024 keys, without dropout.
+  EXPECT_TRUE(flashattn::cuda::fwd_sm90_dense_may_narrow(256, false));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_dense_may_narrow(256, true));
+  EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(256, true, 1024));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(256, true, 2048));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(256, false, 1024));
+  EXPECT_TRUE(flashattn::cuda::fwd_sm90_dense_may_narrow(128, true));
   EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(128, true, 16384));
 }
 

@@ -136,7 +136,7 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
     }
   }
   constexpr bool kTwoTiles = !(Narrow::value == FwdSm90TableTile<D, D>::value);
-  if constexpr (kTwoTiles && fwd_sm90_dense_may_narrow(D)) {
+  if constexpr (kTwoTiles && fwd_sm90_dense_may_narrow(D, kDropout)) {
     if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>, false, kDropout>(p, stream);
     }
