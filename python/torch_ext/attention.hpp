@@ -34,6 +34,7 @@ struct Call : torch::CustomClassHolder {
   double softcap = 0;
   bool deterministic = false;
   at::Tensor rng_state;  // with dropout: int64 [2] (seed, offset) drawn by the forward
+  at::Tensor lse;        // the forward's, when autograd runs it (not an output of the node)
 };
 
 inline bool fits_int32(int64_t value) { return value >= INT32_MIN && value <= INT32_MAX; }
@@ -146,6 +147,45 @@ inline std::vector<at::Tensor> run_backward(at::Tensor dout, const at::Tensor& q
   return {dq, dk, dv};
 }
 
+// A Call in the autograd context's saved_data as plain values (tensors, numbers, None),
+// which torch._dynamo's compiled autograd can read, as it cannot read a capsule.
+using SavedData = decltype(torch::autograd::AutogradContext::saved_data);
+
+inline void save(const Call& call, SavedData& data) {
+  data["cu_seqlens_q"] = call.cu_seqlens_q;
+  data["cu_seqlens_k"] = call.cu_seqlens_k;
+  data["seqused_k"] = call.seqused_k;
+  data["alibi_slopes"] = call.alibi_slopes;
+  data["max_seqlen"] = std::vector<int64_t>{call.max_seqlen_q, call.max_seqlen_k,
+                                            call.window_left, call.window_right};
+  data["scalars"] = std::vector<double>{call.dropout_p, call.softcap};
+  data["softmax_scale"] = call.softmax_scale;
+  data["flags"] = std::vector<bool>{call.causal, call.deterministic};
+  data["rng_state"] = call.rng_state;
+}
+
+inline Call restore(SavedData& data) {
+  Call call;
+  call.cu_seqlens_q = data["cu_seqlens_q"].toOptional<at::Tensor>();
+  call.cu_seqlens_k = data["cu_seqlens_k"].toOptional<at::Tensor>();
+  call.seqused_k = data["seqused_k"].toOptional<at::Tensor>();
+  call.alibi_slopes = data["alibi_slopes"].toOptional<at::Tensor>();
+  const auto ints = data["max_seqlen"].toIntVector();
+  call.max_seqlen_q = ints[0];
+  call.max_seqlen_k = ints[1];
+  call.window_left = ints[2];
+  call.window_right = ints[3];
+  const auto scalars = data["scalars"].toDoubleVector();
+  call.dropout_p = scalars[0];
+  call.softcap = scalars[1];
+  call.softmax_scale = data["softmax_scale"].toOptional<double>();
+  const auto flags = data["flags"].toBoolList();
+  call.causal = flags[0];
+  call.deterministic = flags[1];
+  call.rng_state = data["rng_state"].toTensor();
+  return call;
+}
+
 // _torch_eager._Attention in C++: the node the autograd engine runs without Python.
 struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
@@ -154,13 +194,14 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                                 const c10::intrusive_ptr<Call>& call) {
     auto [out, lse] = run_forward(q, k, v, *call, /*with_lse=*/true);
     ctx->save_for_backward({q, k, v, out, lse});
-    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    // rng_state (call->rng_state) is not an output: made without gradient mode, it needs
-    // no marking, and an undefined tensor (no dropout) cannot be one.
-    ctx->mark_non_differentiable({lse});
-    // lse never gets a gradient: no zero tensor made for it on every backward.
+    save(*call, ctx->saved_data);
+    // lse and rng_state are not outputs of the node but reach the caller through `call`:
+    // made without gradient mode, they are the non-differentiable tensors the Python path
+    // marks as such, the node gets no gradient for them (no zero tensors made on every
+    // backward), and compiled autograd, which cannot take marked outputs, takes the node.
+    call->lse = lse;
     ctx->set_materialize_grads(false);
-    return {out, lse};
+    return {out};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -168,8 +209,8 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
     const at::Tensor& dout = grads[0];
     if (!dout.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const auto saved = ctx->get_saved_variables();
-    const auto call = c10::static_intrusive_pointer_cast<Call>(ctx->saved_data["call"].toCapsule());
-    auto dqkv = run_backward(dout, saved[0], saved[1], saved[2], saved[3], saved[4], *call);
+    const Call call = restore(ctx->saved_data);
+    auto dqkv = run_backward(dout, saved[0], saved[1], saved[2], saved[3], saved[4], call);
     dqkv.emplace_back();  // `call` has no gradient
     return dqkv;
   }

@@ -50,7 +50,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention(
   call->deterministic = deterministic;
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     const auto outputs = AttentionFunction::apply(q, k, v, call);
-    return {outputs[0], outputs[1], call->rng_state};
+    return {outputs[0], call->lse, call->rng_state};
   }
   auto [out, lse] = run_forward(q, k, v, *call, with_lse);
   return {out, lse, call->rng_state};

@@ -31,6 +31,30 @@ inline std::optional<fa_dtype> dtype_of(at::ScalarType type) {
   }
 }
 
+// torch's Python name of a dtype ("float64"), for messages.
+inline std::string python_name(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble:
+      return "float64";
+    case at::kLong:
+      return "int64";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    case at::kComplexFloat:
+      return "complex64";
+    case at::kComplexDouble:
+      return "complex128";
+    default:
+      return c10::toString(type);
+  }
+}
+
 // "(2, 3)" as Python prints a shape tuple, for messages.
 inline std::string shape_text(at::IntArrayRef sizes) {
   std::string text = "(";
@@ -49,7 +73,7 @@ inline std::string describe(const at::Tensor& t, const char* name, fa_tensor* ou
   if (!dtype) {
     return std::string(name) +
            ": expected dtype float32, float16, bfloat16, float8_e4m3fn (or int32 for "
-           "indices), got " + std::string(c10::getDtypeNames(t.scalar_type()).first);
+           "indices), got " + python_name(t.scalar_type());
   }
   if (t.is_cuda()) {
     out->device_type = FA_CUDA;

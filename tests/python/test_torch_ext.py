@@ -249,3 +249,23 @@ def test_not_used_for_tracing(monkeypatch):
         assert not _torch_eager.applies(q, k, v)
         out = flashattn.flash_attn_func(q, k, v, causal=True)
     assert out.shape == q.shape
+
+
+def test_compiled_autograd(python_path):
+    """torch._dynamo's compiled autograd over an eager forward takes the C++ node (whose
+    saved values are plain tensors and numbers), with the Python path's gradients."""
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    enable = getattr(compiled_autograd, "_enable", None) or getattr(compiled_autograd, "enable")
+    (q, k, v), dout = _inputs("cpu", torch.float32)
+    grads = []
+    for enabled in (True, False):
+        python_path(enabled)
+        for x in (q, k, v):
+            x.grad = None
+        out = flashattn.flash_attn_func(q, k, v, causal=True, softcap=2.0)
+        assert _uses_extension(out) == enabled
+        with enable(torch.compile(backend="eager")):
+            out.backward(dout)
+        grads.append([x.grad for x in (q, k, v)])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
