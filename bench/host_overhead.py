@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Host time per call: the flash_attn functions against PyTorch's SDPA on its flash
-backend, in one process, on the GPU.
+backend, in one process, on the GPU (or, with --device cpu, on CPU tensors: fp32, one torch
+thread, SDPA's CPU kernel).
 
 At small sizes a call's cost is the host work in front of its kernels. Each call runs
 `--calls` times back to back (after warm-up) with one synchronize at the end: wall time /
 calls is what a caller pays per call, since the GPU keeps up whenever its kernels are
 shorter than the host work. Repeats alternate flashattn and SDPA; each row is the median
-of `--repeats`. Inputs rotate over 8 sets, as a model's layers would. The device time of
+of `--repeats`. flashattn's eager calls run the torch extension's C++ autograd Function
+when it is built for this torch (flashattn/_torch_ext.py); the rows "python_path" run the
+same calls on the Python path (what FLASHATTN_TORCH_EXT=0 gives), alternated with the
+others in the same process. Inputs rotate over 8 sets, as a model's layers would. The device time of
 a call (its kernels alone) is a CUDA graph of the calls replayed. The decode row also
 gives TB/s: the bytes of K and V read per call over the time per call.
 
     python3 bench/host_overhead.py [--calls 2000] [--repeats 5] [--json F]
+        [--device cuda|cpu] [--seqlen 128] [--heads 16] [--hdim 64]
 """
 import argparse
 import json
@@ -22,19 +27,40 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from flashattn import _C, _calls, _torch_ops
+from flashattn import _C, _calls, _torch_ext, _torch_ops
 
 SETS = 8
 
 
+DEVICE = "cuda"
+
+
+def synchronize():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(fn, calls):
     """Wall time / calls of `calls` calls, the GPU drained before and after."""
-    torch.cuda.synchronize()
+    synchronize()
     start = time.perf_counter()
     for i in range(calls):
         fn(i)
-    torch.cuda.synchronize()
+    synchronize()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def python_path(fn):
+    """`fn` with flashattn's eager calls on the Python path (the torch extension set aside
+    for the call, as FLASHATTN_TORCH_EXT=0 would), for rows beside the extension's."""
+    def run(i):
+        loaded = _torch_ext._op
+        _torch_ext._op = None
+        try:
+            return fn(i)
+        finally:
+            _torch_ext._op = loaded
+    return run
 
 
 def per_call_us(fns, calls, repeats):
@@ -81,9 +107,11 @@ def rotating(make):
 
 
 def forward_rows(a):
-    """b=1, 16 heads, seqlen 128, d=64, bf16, causal: forward, and forward + backward."""
-    shape = (1, 128, 16, 64)
-    make = lambda grad: tuple(torch.randn(shape, dtype=torch.bfloat16, device="cuda",
+    """b=1, 16 heads, seqlen 128, d=64, bf16 (fp32 on the CPU), causal: forward, and forward
+    + backward."""
+    shape = (1, a.seqlen, a.heads, a.hdim)
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    make = lambda grad: tuple(torch.randn(shape, dtype=dtype, device=DEVICE,
                                           requires_grad=grad) for _ in range(3))
     ours_in, ours_train = rotating(lambda: make(False)), rotating(lambda: make(True))
     # SDPA takes [b, h, s, d]: the same memory, transposed.
@@ -98,8 +126,8 @@ def forward_rows(a):
 
     def op(i):
         q, k, v = ours_in(i)
-        return torch.ops.flashattn.forward(q, k, v, None, None, None, 0, 0, 0.0, 0.125, True,
-                                           -1, 0, 0.0, None, False)
+        return torch.ops.flashattn.forward(q, k, v, None, None, None, 0, 0, 0.0,
+                                           a.hdim ** -0.5, True, -1, 0, 0.0, None, False)
 
     def ours_step(i):
         q, k, v = ours_train(i)
@@ -112,15 +140,17 @@ def forward_rows(a):
         torch.autograd.grad(out, (q, k, v), out)
 
     rows = {}
-    fwd = per_call_us({"flashattn": ours, "sdpa_flash": sdpa, "custom_op": op}, a.calls,
-                      a.repeats)
-    fwd["device_us"] = {"flashattn": graph_us(ours, 200), "sdpa_flash": graph_us(sdpa, 200)}
-    rows["flash_attn_func b=1 h=16 s=128 d=64 causal"] = fwd
+    fwd = per_call_us({"flashattn": ours, "python_path": python_path(ours), "sdpa_flash": sdpa,
+                       "custom_op": op}, a.calls, a.repeats)
+    if DEVICE == "cuda":
+        fwd["device_us"] = {"flashattn": graph_us(ours, 200), "sdpa_flash": graph_us(sdpa, 200)}
+    name = f"b=1 h={a.heads} s={a.seqlen} d={a.hdim} causal"
+    rows["flash_attn_func " + name] = fwd
     # Where a forward's host time goes: the binding's one call with its outputs made
     # beforehand, and one output allocation.
-    made = rotating(lambda: (torch.empty(shape, dtype=torch.bfloat16, device="cuda"),))
+    made = rotating(lambda: (torch.empty(shape, dtype=dtype, device=DEVICE),))
     options = _calls.Options(causal=True)
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = torch.cuda.current_stream().cuda_stream if DEVICE == "cuda" else 0
 
     def binding(i):
         q, k, v = ours_in(i)
@@ -131,7 +161,8 @@ def forward_rows(a):
 
     fwd["parts"] = per_call_us({"_C.forward_tensors": binding, "new_empty": allocation},
                                a.calls, a.repeats)
-    step = per_call_us({"flashattn": ours_step, "sdpa_flash": sdpa_step}, a.calls, a.repeats)
+    step = per_call_us({"flashattn": ours_step, "python_path": python_path(ours_step),
+                        "sdpa_flash": sdpa_step}, a.calls, a.repeats)
 
     # Where a training step's host time goes: the forward alone on inputs that need
     # gradients, and our backward without autograd around it.
@@ -153,6 +184,8 @@ def forward_rows(a):
                                          options, False)
 
     step["parts"] = per_call_us({"forward_with_grad": ours_forward_with_grad,
+                                 "python_path_forward_with_grad":
+                                     python_path(ours_forward_with_grad),
                                  "sdpa_forward_with_grad": sdpa_forward_with_grad,
                                  "backward_with_options": ours_backward}, a.calls, a.repeats)
     rows["the same, forward + backward"] = step
@@ -191,13 +224,29 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--seqlen", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--hdim", type=int, default=64)
     a = ap.parse_args()
-    # SDPA's backend is chosen once, outside the timed loops (the context manager costs
-    # host time of its own that no model pays per call).
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        rows = {**forward_rows(a), **decode_rows(a)}
-    results = dict(torch=torch.__version__, device=torch.cuda.get_device_name(),
-                   calls=a.calls, repeats=a.repeats, rows=rows)
+    global DEVICE
+    DEVICE = a.device
+    # The extension is loaded by the first call; loaded here, so the rows can say.
+    _torch_ext.attention(*(torch.ones(1, 1, 1, 8, device=DEVICE),) * 3,
+                         (None, None, None, 0, 0), _calls.Options(), False)
+    if DEVICE == "cuda":
+        # SDPA's backend is chosen once, outside the timed loops (the context manager costs
+        # host time of its own that no model pays per call).
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            rows = {**forward_rows(a), **decode_rows(a)}
+        device = torch.cuda.get_device_name()
+    else:
+        torch.set_num_threads(1)  # host time, not the CPU kernels' threads
+        rows = forward_rows(a)
+        device = "cpu"
+    results = dict(torch=torch.__version__, device=device, calls=a.calls, repeats=a.repeats,
+                   torch_extension=_torch_ext.status(), rows=rows)
+    print(f"torch {torch.__version__}, {device}, torch extension: {_torch_ext.status()}")
     for name, row in rows.items():
         print(name)
         for key, value in row.items():

@@ -76,11 +76,20 @@ typedef struct fa_varlen {
   int32_t max_seqlen_k;
 } fa_varlen;
 
+/* The caller's allocator for a call's workspace: returns at least `bytes` on the tensors'
+ * device (stream-ordered on fa_launch.stream), or NULL, which fails the call. */
+typedef void* (*fa_workspace_allocator)(size_t bytes, void* context);
+
 typedef struct fa_launch {
   fa_backend backend;
   void* stream; /* cudaStream_t */
   void* workspace;
   size_t workspace_bytes;
+  /* Optional: asked, after validation, for a workspace when workspace_bytes is too small,
+     so the caller need not size it with fa_workspace_size_* first (which validates the call
+     a second time). Not called for a rejected call, nor for one that needs no workspace. */
+  fa_workspace_allocator allocate_workspace;
+  void* allocator_context;
 } fa_launch;
 
 /* FP8 dequantization factors: an e4m3 operand x of batch entry b and KV head g is read as

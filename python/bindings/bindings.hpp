@@ -11,6 +11,7 @@ void bind_tensor(nanobind::module_& m);     // Tensor, DType, DeviceType
 void bind_arguments(nanobind::module_& m);  // options, varlen, *Args, Launch, Backend
 void bind_calls(nanobind::module_& m);      // forward, backward, forward_kvcache, queries
 void bind_tensor_calls(nanobind::module_& m);  // the same calls on framework tensor objects
+void bind_library_table(nanobind::module_& m);  // the C ABI's entry points, for torch_ext
 
 // A Tensor over `data` with these sizes and strides (1 <= rank <= kMaxRank), the strides
 // of size-1 and empty dimensions replaced by contiguous ones.

@@ -12,4 +12,5 @@ NB_MODULE(_C, m) {
   flashattn::python::bind_arguments(m);
   flashattn::python::bind_calls(m);
   flashattn::python::bind_tensor_calls(m);
+  flashattn::python::bind_library_table(m);
 }

@@ -10,7 +10,7 @@ modes and functorch transforms, goes through the custom ops, which know how to t
 """
 import torch
 
-from . import _torch_ops
+from . import _torch_ext, _torch_ops
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
@@ -72,8 +72,22 @@ class _Attention(torch.autograd.Function):
 def attention(q, k, v, varlen, options, deterministic):
     """torch.ops.flashattn.forward's (out, lse, rng_state) with autograd, without its
     dispatch; rng_state is None without dropout. `varlen` is (cu_seqlens_q, cu_seqlens_k,
-    seqused_k, max_seqlen_q, max_seqlen_k)."""
+    seqused_k, max_seqlen_q, max_seqlen_k). The torch extension's C++ Function when it is
+    there and takes the call (_torch_ext.py), else _Attention: the same results."""
+    result = _torch_ext.attention(q, k, v, varlen, options, deterministic)
+    if result is not None:
+        return result
     return _Attention.apply(q, k, v, _Call(varlen, options, deterministic))
+
+
+def inference(q, k, v, varlen, options, with_lse):
+    """The same forward without autograd: (out, lse, rng_state), lse None without with_lse.
+    The torch extension's when it takes the call (its one op call is cheaper than the
+    Python path's allocations and binding call), else _torch_ops.forward_with_options."""
+    result = _torch_ext.attention(q, k, v, varlen, options, False, with_lse)
+    if result is not None:
+        return result
+    return _torch_ops.forward_with_options(q, k, v, *varlen, options, with_lse=with_lse)
 
 
 def kvcache(q, cache, options, with_lse):

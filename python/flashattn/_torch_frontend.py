@@ -39,11 +39,10 @@ def attention(q, k, v, varlen, options, deterministic, with_lse=True, descale=No
                               descale if descale is not None else Descales(), with_lse)
     if _torch_eager.applies(q, k, v):
         # Eager calls take the options as they are, without the op's scalars.
+        varlen = (cu_q, cu_k, used_k, max_q, max_k)
         if _torch_eager.needs_grad(q, k, v):
-            return _torch_eager.attention(q, k, v, (cu_q, cu_k, used_k, max_q, max_k), options,
-                                          bool(deterministic))
-        return _torch_ops.forward_with_options(q, k, v, cu_q, cu_k, used_k, max_q, max_k,
-                                               options, with_lse=with_lse)
+            return _torch_eager.attention(q, k, v, varlen, options, bool(deterministic))
+        return _torch_eager.inference(q, k, v, varlen, options, with_lse)
     left, right = options.window_size
     return forward(q, k, v, cu_q, cu_k, used_k, int(max_q), int(max_k),
                    float(options.dropout_p), float(_scale(q, options)), bool(options.causal),

@@ -83,6 +83,8 @@ Launch to_cpp(const fa_launch* l) {
   out.stream = l->stream;
   out.workspace = l->workspace;
   out.workspace_bytes = l->workspace_bytes;
+  out.allocate_workspace = l->allocate_workspace;
+  out.allocator_context = l->allocator_context;
   return out;
 }
 

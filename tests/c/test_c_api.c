@@ -114,6 +114,33 @@ static void test_defaults_and_queries(void) {
   expect(fa_version() != NULL && fa_version()[0] != '\0', "fa_version is set");
 }
 
+static int allocator_calls;
+
+static void* counting_allocator(size_t bytes, void* context) {
+  (void)bytes;
+  ++*(int*)context;
+  return NULL;
+}
+
+/* fa_launch.allocate_workspace is asked only when a call needs workspace: never by the CPU
+ * backend, never for a rejected call. */
+static void test_workspace_allocator(void) {
+  fa_forward_args args;
+  fa_launch launch;
+  fa_launch_init(&launch);
+  expect(launch.allocate_workspace == NULL && launch.allocator_context == NULL,
+         "fa_launch_init leaves no allocator");
+  launch.backend = FA_BACKEND_CPU;
+  launch.allocate_workspace = counting_allocator;
+  launch.allocator_context = &allocator_calls;
+  make_args(&args, HK);
+  expect(fa_forward(&args, &launch) == FA_OK && allocator_calls == 0,
+         "a CPU forward runs without asking the allocator");
+  make_args(&args, 3);
+  expect(fa_forward(&args, &launch) == FA_INVALID_ARGUMENT && allocator_calls == 0,
+         "a rejected call does not ask the allocator");
+}
+
 /* softmax_scale 0 is a scale of 0 (every score 0: out is the mean of v), not the default. */
 static void test_zero_scale_is_literal(void) {
   fa_forward_args args;
@@ -255,6 +282,7 @@ int main(void) {
   test_error_names_the_argument();
   test_defaults_and_queries();
   test_zero_scale_is_literal();
+  test_workspace_allocator();
   test_out_of_range_enums();
   test_fp8_forward();
   test_dropout_seed_offset();

@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 fa_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")
 
 import flashattn  # noqa: E402
+import flashattn._torch_ext  # noqa: E402
 import flashattn._torch_ops  # noqa: E402
 
 REQUIRED = os.environ.get("FLASHATTN_COMPAT_REQUIRED") == "1"
@@ -75,6 +76,16 @@ def flash_attention_here(monkeypatch):
         return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
 
     monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
+    # The torch extension's forwards (_torch_ext.py), when it takes the call.
+    extension = flashattn._torch_ext.attention
+
+    def counting_extension(q, k, v, varlen, *rest, **kwargs):
+        result = extension(q, k, v, varlen, *rest, **kwargs)
+        if result is not None:
+            calls["varlen" if varlen[0] is not None else "dense"] += 1
+        return result
+
+    monkeypatch.setattr(flashattn._torch_ext, "attention", counting_extension)
     return calls
 
 

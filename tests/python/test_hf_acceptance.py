@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import flashattn  # noqa: E402
+import flashattn._torch_ext  # noqa: E402
 import flashattn._torch_ops  # noqa: E402
 import flashattn.hf  # noqa: E402
 
@@ -153,6 +154,16 @@ def kernel_calls(monkeypatch):
         return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
 
     monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
+    # The torch extension's forwards (_torch_ext.py), when it takes the call.
+    extension = flashattn._torch_ext.attention
+
+    def counting_extension(q, k, v, varlen, *rest, **kwargs):
+        result = extension(q, k, v, varlen, *rest, **kwargs)
+        if result is not None:
+            calls["varlen" if varlen[0] is not None else "dense"] += 1
+        return result
+
+    monkeypatch.setattr(flashattn._torch_ext, "attention", counting_extension)
     return calls
 
 
