@@ -44,3 +44,29 @@ def assert_lse_close(actual, expected, dtype):
     assert actual.dtype == np.float64 and np.array_equal(np.isinf(actual), np.isinf(expected))
     finite = np.isfinite(expected)
     assert_close(actual[finite], expected[finite], dtype)
+
+
+def count_torch_forwards(monkeypatch):
+    """Counts, for the rest of the test, the dense and varlen forwards that reach flashattn's
+    library from torch: the Python path (_torch_ops.forward_with_options) and the torch
+    extension (_torch_ext.attention, when it takes the call). Returns the live counts."""
+    import flashattn._torch_ext
+    import flashattn._torch_ops
+
+    calls = {"dense": 0, "varlen": 0}
+    forward = flashattn._torch_ops.forward_with_options
+    extension = flashattn._torch_ext.attention
+
+    def counting(q, k, v, cu_seqlens_q, *rest, **kwargs):
+        calls["varlen" if cu_seqlens_q is not None else "dense"] += 1
+        return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
+
+    def counting_extension(q, k, v, varlen, *rest, **kwargs):
+        result = extension(q, k, v, varlen, *rest, **kwargs)
+        if result is not None:
+            calls["varlen" if varlen[0] is not None else "dense"] += 1
+        return result
+
+    monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
+    monkeypatch.setattr(flashattn._torch_ext, "attention", counting_extension)
+    return calls

@@ -22,8 +22,7 @@ transformers = pytest.importorskip("transformers")
 fa_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")
 
 import flashattn  # noqa: E402
-import flashattn._torch_ext  # noqa: E402
-import flashattn._torch_ops  # noqa: E402
+from conftest import count_torch_forwards  # noqa: E402
 
 REQUIRED = os.environ.get("FLASHATTN_COMPAT_REQUIRED") == "1"
 IMPLEMENTATIONS = {"flash_attention_2": ("flash_attn", "flash-attn", 2),
@@ -68,25 +67,7 @@ def flash_attention_here(monkeypatch):
             monkeypatch.setitem(MATRIX[version], "general_availability_check", here)
             monkeypatch.setitem(MATRIX[version], "supported_devices", ((here, "cpu"),))
     monkeypatch.setattr(fa_utils, "_loaded_implementation", None)  # import afresh
-    calls = {"dense": 0, "varlen": 0}
-    forward = flashattn._torch_ops.forward_with_options
-
-    def counting(q, k, v, cu_seqlens_q, *rest, **kwargs):
-        calls["varlen" if cu_seqlens_q is not None else "dense"] += 1
-        return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
-
-    monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
-    # The torch extension's forwards (_torch_ext.py), when it takes the call.
-    extension = flashattn._torch_ext.attention
-
-    def counting_extension(q, k, v, varlen, *rest, **kwargs):
-        result = extension(q, k, v, varlen, *rest, **kwargs)
-        if result is not None:
-            calls["varlen" if varlen[0] is not None else "dense"] += 1
-        return result
-
-    monkeypatch.setattr(flashattn._torch_ext, "attention", counting_extension)
-    return calls
+    return count_torch_forwards(monkeypatch)
 
 
 def _llama(**extra):

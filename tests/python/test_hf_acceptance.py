@@ -25,8 +25,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import flashattn  # noqa: E402
-import flashattn._torch_ext  # noqa: E402
-import flashattn._torch_ops  # noqa: E402
+from conftest import count_torch_forwards  # noqa: E402
 import flashattn.hf  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -146,25 +145,7 @@ def kernel_calls(monkeypatch):
     """How many dense and varlen forwards reached flashattn's library (through the one
     torch forward every frontend and route takes: flashattn.hf, the compat packages, the
     torch ops)."""
-    calls = {"dense": 0, "varlen": 0}
-    forward = flashattn._torch_ops.forward_with_options
-
-    def counting(q, k, v, cu_seqlens_q, *rest, **kwargs):
-        calls["varlen" if cu_seqlens_q is not None else "dense"] += 1
-        return forward(q, k, v, cu_seqlens_q, *rest, **kwargs)
-
-    monkeypatch.setattr(flashattn._torch_ops, "forward_with_options", counting)
-    # The torch extension's forwards (_torch_ext.py), when it takes the call.
-    extension = flashattn._torch_ext.attention
-
-    def counting_extension(q, k, v, varlen, *rest, **kwargs):
-        result = extension(q, k, v, varlen, *rest, **kwargs)
-        if result is not None:
-            calls["varlen" if varlen[0] is not None else "dense"] += 1
-        return result
-
-    monkeypatch.setattr(flashattn._torch_ext, "attention", counting_extension)
-    return calls
+    return count_torch_forwards(monkeypatch)
 
 
 def _loss(model, ids, mask, causal=True):
