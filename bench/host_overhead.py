@@ -10,8 +10,8 @@ shorter than the host work. Repeats alternate flashattn and SDPA; each row is th
 of `--repeats`. flashattn's eager calls run the torch extension's C++ autograd Function
 when it is built for this torch (flashattn/_torch_ext.py); the rows "python_path" run the
 same calls on the Python path (what FLASHATTN_TORCH_EXT=0 gives), alternated with the
-others in the same process. Inputs rotate over 8 sets, as a model's layers would. The device time of
-a call (its kernels alone) is a CUDA graph of the calls replayed. The decode row also
+others in the same process. Inputs rotate over 8 sets, as a model's layers would. The device
+time of a call (its kernels alone) is a CUDA graph of the calls replayed. The decode row also
 gives TB/s: the bytes of K and V read per call over the time per call.
 
     python3 bench/host_overhead.py [--calls 2000] [--repeats 5] [--json F]
@@ -38,6 +38,11 @@ DEVICE = "cuda"
 def synchronize():
     if DEVICE == "cuda":
         torch.cuda.synchronize()
+
+
+def input_dtype():
+    """bf16 on the GPU (the CUDA kernels take 16-bit inputs), fp32 on the CPU."""
+    return torch.bfloat16 if DEVICE == "cuda" else torch.float32
 
 
 def timed(fn, calls):
@@ -110,7 +115,7 @@ def forward_rows(a):
     """b=1, 16 heads, seqlen 128, d=64, bf16 (fp32 on the CPU), causal: forward, and forward
     + backward."""
     shape = (1, a.seqlen, a.heads, a.hdim)
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    dtype = input_dtype()
     make = lambda grad: tuple(torch.randn(shape, dtype=dtype, device=DEVICE,
                                           requires_grad=grad) for _ in range(3))
     ours_in, ours_train = rotating(lambda: make(False)), rotating(lambda: make(True))
@@ -232,8 +237,7 @@ def main():
     global DEVICE
     DEVICE = a.device
     # The extension is loaded by the first call; loaded here, so the rows can say.
-    warm_dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # CUDA takes 16-bit
-    _torch_ext.attention(*(torch.ones(1, 1, 1, 8, device=DEVICE, dtype=warm_dtype),) * 3,
+    _torch_ext.attention(*(torch.ones(1, 1, 1, 8, device=DEVICE, dtype=input_dtype()),) * 3,
                          (None, None, None, 0, 0), _calls.Options(), False)
     if DEVICE == "cuda":
         # SDPA's backend is chosen once, outside the timed loops (the context manager costs
