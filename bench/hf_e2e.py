@@ -12,7 +12,10 @@ Every implementation runs the same model object: the attention implementation is
 between measurements (set_attn_implementation), so the weights are shared and only one copy
 is in memory.
 
-Measurements (each the median of --repeats after a warm-up):
+Measurements (each the median of --repeats after a warm-up). The implementations of a cell
+are alternated: every round runs each of them once, in an order that rotates from round to
+round, so that the host's drift (large for the host-bound generation cells) falls on all of
+them alike instead of on whichever ran last:
   generate  batch x prompt tokens, --new-tokens greedy tokens forced (no early EOS), dynamic
             cache; with --compile also the static cache with a compiled forward. Reported:
             tokens/s over the whole call, the prefill (a one-token call) and the decode rate
@@ -87,24 +90,76 @@ def peak_gib(device):
     return round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None
 
 
-def timed(fn, device, repeats):
-    """Median seconds of `repeats` calls after one untimed call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+class Measured:
+    """What a cell needs from one implementation: `setup` (switch to it), `run` (the timed
+    call), `teardown` (undo what setup did)."""
+
+    def __init__(self, setup, run, teardown=lambda: None):
+        self.setup, self.run, self.teardown = setup, run, teardown
 
 
-def generate_row(model, batch, prompt, new_tokens, device, repeats, static):
+def alternated(cells, device, repeats):
+    """{name: (median seconds, peak GiB) or an exception} of the named Measured calls: one
+    untimed call each, then `repeats` rounds in which each runs once, the order rotated by
+    one every round. A call that fails is left out of the later rounds."""
+    names = list(cells)
+    results = {name: [] for name in names}
+    peaks = {name: 0.0 for name in names}
+    failed = {}
+
+    def once(name, timed):
+        cell = cells[name]
+        try:
+            cell.setup()
+            reset_peak(device)
+            synchronize(device)
+            start = time.perf_counter()
+            cell.run()
+            synchronize(device)
+            seconds = time.perf_counter() - start
+            if timed:
+                results[name].append(seconds)
+                peaks[name] = max(peaks[name], peak_gib(device) or 0.0)
+        except Exception as error:  # one failed implementation must not end the cell
+            failed[name] = error
+        finally:
+            cell.teardown()
+
+    for name in names:
+        once(name, False)
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            if name not in failed:
+                once(name, True)
+    return {name: failed[name] if name in failed else
+            (statistics.median(results[name]), peaks[name] if device == "cuda" else None)
+            for name in names}
+
+
+def generate_cells(model, implementations, batch, prompt, new_tokens, device, repeats, static):
+    """{implementation: row fields or an exception}: tokens/s of the whole call, the prefill
+    (a one-token call) and the decode rate (the other tokens over the time past the prefill)."""
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, prompt), device=device)
     mask = torch.ones_like(ids)
     extra = {"cache_implementation": "static"} if static else {}
+    plain_forward = model.forward
+    compiled = {}
+
+    def setup(implementation):
+        def switch():
+            use_implementation(model, implementation)
+            if static:
+                if implementation not in compiled:
+                    compiled[implementation] = torch.compile(plain_forward,
+                                                             mode="reduce-overhead",
+                                                             fullgraph=True)
+                model.forward = compiled[implementation]
+        return switch
+
+    def restore():
+        model.forward = plain_forward
 
     def run(tokens):
         return lambda: model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
@@ -112,13 +167,21 @@ def generate_row(model, batch, prompt, new_tokens, device, repeats, static):
                                       pad_token_id=0, **extra)
 
     with torch.no_grad():
-        reset_peak(device)
-        whole = timed(run(new_tokens), device, repeats)
-        prefill = timed(run(1), device, repeats)
-    decode = (new_tokens - 1) / max(whole - prefill, 1e-9)
-    return {"tokens_per_s": round(batch * new_tokens / whole, 1),
-            "decode_tokens_per_s": round(batch * decode, 1),
-            "prefill_ms": round(prefill * 1e3, 2), "peak_gib": peak_gib(device)}
+        whole = alternated({i: Measured(setup(i), run(new_tokens), restore)
+                            for i in implementations}, device, repeats)
+        prefill = alternated({i: Measured(setup(i), run(1), restore)
+                              for i in implementations}, device, repeats)
+    rows = {}
+    for i in implementations:
+        if isinstance(whole[i], Exception) or isinstance(prefill[i], Exception):
+            rows[i] = whole[i] if isinstance(whole[i], Exception) else prefill[i]
+            continue
+        (seconds, peak), (prefill_seconds, _) = whole[i], prefill[i]
+        decode = (new_tokens - 1) / max(seconds - prefill_seconds, 1e-9)
+        rows[i] = {"tokens_per_s": round(batch * new_tokens / seconds, 1),
+                   "decode_tokens_per_s": round(batch * decode, 1),
+                   "prefill_ms": round(prefill_seconds * 1e3, 2), "peak_gib": peak}
+    return rows
 
 
 def sequence_lengths(batch, seqlen, generator):
@@ -147,22 +210,37 @@ def train_inputs(kind, batch, seqlen, vocab, device):
             "labels": labels.to(device)}
 
 
-def train_row(model, kind, batch, seqlen, device, repeats):
+def train_cells(model, implementations, kind, batch, seqlen, device, repeats):
+    """{implementation: row fields or an exception}: the step time of forward + backward."""
     inputs = train_inputs(kind, batch, seqlen, model.config.vocab_size, device)
-    model.train()
+
+    def setup(implementation):
+        def switch():
+            use_implementation(model, implementation)
+            model.train()
+        return switch
 
     def step():
         model.zero_grad(set_to_none=True)
         model(**inputs).loss.backward()
 
-    reset_peak(device)
-    seconds = timed(step, device, repeats)
-    model.zero_grad(set_to_none=True)
-    model.eval()
+    def teardown():
+        model.zero_grad(set_to_none=True)
+        model.eval()
+
+    measured = alternated({i: Measured(setup(i), step, teardown) for i in implementations},
+                          device, repeats)
     tokens = int(inputs["input_ids"].numel()) if kind == "packed" else \
         int(inputs["attention_mask"].sum())
-    return {"step_ms": round(seconds * 1e3, 2), "tokens": tokens,
-            "tokens_per_s": round(tokens / seconds, 1), "peak_gib": peak_gib(device)}
+    rows = {}
+    for i, result in measured.items():
+        if isinstance(result, Exception):
+            rows[i] = result
+            continue
+        seconds, peak = result
+        rows[i] = {"step_ms": round(seconds * 1e3, 2), "tokens": tokens,
+                   "tokens_per_s": round(tokens / seconds, 1), "peak_gib": peak}
+    return rows
 
 
 def shapes(text):
@@ -209,28 +287,25 @@ def main():
             cases += [("generate", "static+compile", shape) for shape in generate_shapes]
         cases += [("train", kind, shape) for shape in train_shapes
                   for kind in ("padded", "packed")]
+        implementations = args.impls.split(",")
         for what, kind, (batch, length) in cases:
-            for implementation in args.impls.split(","):
+            try:
+                if what == "generate":
+                    rows = generate_cells(model, implementations, batch, length, new_tokens,
+                                          device, args.repeats, kind != "dynamic")
+                else:
+                    rows = train_cells(model, implementations, kind, batch, length, device,
+                                       args.repeats)
+            except Exception as error:  # e.g. the inputs do not fit: every row of the cell
+                rows = {i: error for i in implementations}
+            for implementation in implementations:
                 row = {"model": name, "layers": args.layers, "what": what, "kind": kind,
                        "batch": batch, "length": length, "implementation": implementation}
-                try:
-                    use_implementation(model, implementation)
-                    if what == "generate":
-                        forward = model.forward
-                        if kind == "static+compile":
-                            model.forward = torch.compile(forward, mode="reduce-overhead",
-                                                          fullgraph=True)
-                        try:
-                            row.update(generate_row(model, batch, length, new_tokens, device,
-                                                    args.repeats, kind != "dynamic"))
-                        finally:
-                            model.forward = forward
-                    else:
-                        row.update(train_row(model, kind, batch, length, device, args.repeats))
-                except Exception as error:  # one failed cell must not end the run
-                    row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-                    model.zero_grad(set_to_none=True)
-                    model.eval()
+                result = rows[implementation]
+                if isinstance(result, Exception):
+                    row["error"] = f"{type(result).__name__}: {str(result)[:300]}"
+                else:
+                    row.update(result)
                 emit(row)
         model = None
         if device == "cuda":

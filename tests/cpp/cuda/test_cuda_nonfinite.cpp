@@ -55,6 +55,17 @@ TEST_P(CudaNonfinite, BackwardStaysInItsHead) {
   }
 }
 
+// The default mode adds dQ in whole blocks of query rows, and the last block of batch entry 0
+// (200 rows) reaches into entry 1's rows: a NaN key of entry 0, seen by the queries past the
+// end too, must not reach entry 1.
+TEST_P(CudaNonfinite, BackwardDefaultModeStaysInItsBatchEntry) {
+  for (int head_dim : {64, 128}) {
+    fa_test::expect_backward_contained(causal(GetParam(), head_dim),
+                                       {Poisoned::kK, 0, 10, 1, 2, kNan}, cuda_runner(),
+                                       Containment::kFinite);
+  }
+}
+
 TEST_P(CudaNonfinite, KVCacheStaysInItsHead) {
   fa_test::KVCacheProblem p;
   p.dtype = GetParam();

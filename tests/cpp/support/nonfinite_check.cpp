@@ -54,6 +54,10 @@ void expect_element_contained(const OutputLayout& layout, const HostTensor& clea
     std::string failure;
     if (leaked_to_reference) {
       if (std::isfinite(got)) failure = "finite where the reference is not";
+    } else if (containment == Containment::kFinite) {
+      if (!group.holds(layout, n) && !std::isfinite(got)) {
+        failure = "not finite outside the poisoned group: " + std::to_string(got);
+      }
     } else if (containment == Containment::kRows || !group.holds(layout, n)) {
       // Values compare with ==, so a zero may change its sign.
       if (!(got == clean.get(n))) {

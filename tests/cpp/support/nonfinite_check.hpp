@@ -29,6 +29,7 @@ struct Poison {
 enum class Containment {
   kRows,   // the contract: rows that do not see the value are unchanged
   kHeads,  // weaker (documented for the CUDA kernels): other (batch, KV head) groups unchanged
+  kFinite,  // for runs that do not repeat bit for bit: other groups stay finite
 };
 
 void expect_forward_contained(const Problem& problem, const Poison& poison, const Runner& runner,
