@@ -82,7 +82,6 @@ def synchronize(device):
 
 def reset_peak(device):
     if device == "cuda":
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
 
@@ -104,8 +103,10 @@ def alternated(cells, device, repeats):
     one every round. A call that fails is left out of the later rounds."""
     names = list(cells)
     results = {name: [] for name in names}
-    peaks = {name: 0.0 for name in names}
+    peaks = {name: None for name in names}
     failed = {}
+    if device == "cuda":
+        torch.cuda.empty_cache()  # once: the timed calls then reuse what the warm-up cached
 
     def once(name, timed):
         cell = cells[name]
@@ -119,7 +120,8 @@ def alternated(cells, device, repeats):
             seconds = time.perf_counter() - start
             if timed:
                 results[name].append(seconds)
-                peaks[name] = max(peaks[name], peak_gib(device) or 0.0)
+                peak = peak_gib(device)
+                peaks[name] = peak if peaks[name] is None else max(peaks[name], peak)
         except Exception as error:  # one failed implementation must not end the cell
             failed[name] = error
         finally:
@@ -132,8 +134,7 @@ def alternated(cells, device, repeats):
         for name in names[shift:] + names[:shift]:
             if name not in failed:
                 once(name, True)
-    return {name: failed[name] if name in failed else
-            (statistics.median(results[name]), peaks[name] if device == "cuda" else None)
+    return {name: failed.get(name) or (statistics.median(results[name]), peaks[name])
             for name in names}
 
 

@@ -55,9 +55,9 @@ TEST_P(CudaNonfinite, BackwardStaysInItsHead) {
   }
 }
 
-// The default mode adds dQ in whole blocks of query rows, and the last block of batch entry 0
-// (200 rows) reaches into entry 1's rows: a NaN key of entry 0, seen by the queries past the
-// end too, must not reach entry 1.
+// The default mode (dQ added with atomics, so the runs are compared for finiteness, not bit
+// for bit): a NaN key of batch entry 0 must not reach entry 1's dQ, although the last query
+// block of entry 0 (200 rows) extends past its end into the rows where entry 1's dQ lies.
 TEST_P(CudaNonfinite, BackwardDefaultModeStaysInItsBatchEntry) {
   for (int head_dim : {64, 128}) {
     fa_test::expect_backward_contained(causal(GetParam(), head_dim),
