@@ -28,7 +28,10 @@ them alike instead of on whichever ran last:
 
     python3 bench/hf_e2e.py [--models llama,qwen2] [--impls fa2cpp,sdpa,eager] [--layers 4]
         [--generate 1x1024,1x8192,8x1024] [--new-tokens 64] [--train 1x4096,1x16384]
-        [--compile] [--repeats 3] [--out F] [--tiny]
+        [--compile] [--repeats 3] [--profile] [--out F] [--tiny]
+
+--profile adds, after each dynamic-cache generate cell, one generate() per implementation
+under torch.profiler: host and device time per token and its largest kernels.
 
 --tiny shrinks every model and shape for a smoke test (on the CPU when no GPU is visible).
 A measurement that fails (out of memory, an implementation Transformers refuses) is written
@@ -185,6 +188,37 @@ def generate_cells(model, implementations, batch, prompt, new_tokens, device, re
     return rows
 
 
+def profile_generate(model, implementation, batch, prompt, new_tokens, device, top=12):
+    """Where one dynamic-cache generate() of `implementation` spends its time: torch.profiler
+    over the whole call, the device time of its kernels (the `top` largest by total time, each
+    with its count) and the host and device time per generated token."""
+    from torch.profiler import ProfilerActivity, profile
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt), device=device)
+    mask = torch.ones_like(ids)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    use_implementation(model, implementation)
+
+    def run():
+        model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                       max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+        synchronize(device)
+
+    with torch.no_grad():
+        run()  # warm-up outside the profile
+        start = time.perf_counter()
+        with profile(activities=activities) as prof:
+            run()
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels.sort(key=lambda e: e.device_time_total, reverse=True)
+    device_us = sum(e.device_time_total for e in kernels)
+    return {"profile_wall_ms_per_token": round(wall * 1e3 / new_tokens, 3),
+            "profile_device_ms_per_token": round(device_us / 1e3 / new_tokens, 3),
+            "top_kernels": [{"name": e.key[:90], "count": e.count,
+                             "us_per_token": round(e.device_time_total / new_tokens, 2)}
+                            for e in kernels[:top]]}
+
+
 def sequence_lengths(batch, seqlen, generator):
     low = max(1, seqlen // 2)
     return [int(x) for x in torch.randint(low, seqlen + 1, (batch,), generator=generator)]
@@ -259,6 +293,9 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="also generate with the static cache and a compiled forward")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="after each dynamic-cache generate cell, one profiled generate() per "
+                         "implementation: its largest kernels and time per token")
     ap.add_argument("--tiny", action="store_true", help="small models and shapes: a smoke test")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -308,6 +345,17 @@ def main():
                 else:
                     row.update(result)
                 emit(row)
+            if args.profile and what == "generate" and kind == "dynamic":
+                for implementation in implementations:
+                    row = {"model": name, "layers": args.layers, "what": "profile",
+                           "kind": kind, "batch": batch, "length": length,
+                           "implementation": implementation}
+                    try:
+                        row.update(profile_generate(model, implementation, batch, length,
+                                                    new_tokens, device))
+                    except Exception as error:
+                        row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+                    emit(row)
         model = None
         if device == "cuda":
             torch.cuda.empty_cache()
