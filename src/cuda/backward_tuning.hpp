@@ -2,6 +2,8 @@
 // An entry changes speed, never results.
 #pragma once
 
+#include <cstdint>
+
 namespace flashattn::cuda {
 
 // One block owns block_n keys and loops over the query blocks of block_m rows. Its warps take
@@ -103,10 +105,8 @@ static_assert(bwd_tile_valid(32, bwd_sm80_tile(32)) && bwd_tile_valid(64, bwd_sm
 // adds dQ into the accumulator from a shared-memory stash, at the cost of 15 registers per MMA
 // thread (240 instead of 255; the key split takes S^T and dP^T 64 queries at a time to fit).
 // writer_halves: in the deterministic kernel the writer's two halves take alternate steps
-// (bwd_kernel.cuh). H200, deterministic cost, d = 128: 4096 +13% -> +3%, 16384 causal +16% ->
-// +4%; but d = 64 (block_m 128) went from +2% to +12% at 4096 (cause not found; measured with
-// the halves compiled into the default kernel too, where they also cost d = 64 1-2% of its
-// default speed), so it keeps one writer.
+// (bwd_kernel.cuh), which cut the deterministic mode's cost at d = 128 and raised it at d = 64
+// (block_m 128), so d = 64 keeps one writer (bench/RESULTS.md).
 struct BwdSm90Tile {
   int block_m;
   int block_n;
@@ -127,9 +127,9 @@ constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
 constexpr bool bwd_sm90_has(int head_dim) { return bwd_sm90_tile(head_dim).block_m != 0; }
 
 // GQA on few blocks: a block of the sm90 kernel walks every query head of its KV head, so a
-// grid of (key blocks, KV heads, batch) smaller than the GPU leaves SMs idle (H200, Qwen2-0.5B's
-// 14 query heads on 2 KV heads, one sequence of 2554 tokens at d = 64: 40 blocks for 132 SMs,
-// 56 TFLOP/s). Then the query heads of a KV head are split among `splits` blocks, each adding
+// grid of (key blocks, KV heads, batch) smaller than the GPU leaves SMs idle (Qwen2-0.5B's
+// 14 query heads on 2 KV heads, one sequence of 2554 tokens at d = 64: 40 blocks for 132 SMs).
+// Then the query heads of a KV head are split among `splits` blocks, each adding
 // its fp32 dK/dV partials, which bwd_combine_dkv sums in split order; enough splits to fill
 // the GPU once, at most one per query head. The deterministic kernel keeps one block per KV
 // head (its turns and orders are planned per block).

@@ -38,8 +38,8 @@ struct BwdWorkspace {
 };
 
 // Each turn counter on its own 128-byte line: the blocks that poll one do not contend with the
-// additions to its neighbours (H200, deterministic d = 256 at 1024: +17% -> +15%). At most 2%
-// of the accumulator's bytes (d = 32, query blocks of 64 rows).
+// additions to its neighbours (bench/RESULTS.md has the measurement). At most 2% of the
+// accumulator's bytes (d = 32, query blocks of 64 rows).
 inline constexpr int kBwdTurnStride = 32;  // ints
 
 struct BwdWorkspaceLayout {

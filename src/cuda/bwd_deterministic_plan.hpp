@@ -26,17 +26,15 @@
 
 namespace flashattn::cuda {
 
-// The most key blocks of a pair in the rotated order. H200, no mask, deterministic cost, fixed
-// order in two slices -> rotated: d = 64 at 1024 (8 x 8 blocks) +13..+14% -> +7..+8%, d = 128
-// at 1024 (8 x 16) +10..+11% -> +3%. The rotated order in two slices (a pair's key blocks of
-// one parity rotating among themselves) lost at 16 key blocks: d = 64 at 2048 +5% -> +8%,
-// d = 128 +5% -> +4%; on the column split (d = 256 at 1024, 16 x 16) +19..+20% -> +22..+23%,
-// its rotation state also made that kernel spill (32 -> 64 bytes) and cost it 3-4 points of
-// deterministic cost at every seqlen, so it keeps the fixed order.
+// The most key blocks of a pair in the rotated order: up to 8 the rotation cut the
+// deterministic mode's cost against the fixed order in two slices; at 16 it lost, and on the
+// column split (d = 256) its rotation state made the kernel spill, so that kernel keeps the
+// fixed order (bench/RESULTS.md).
 inline constexpr int kBwdMaxRotatedKeyBlocks = 8;
 
-// H200, no mask: d = 256 at 1024 (16 key blocks) +28% -> +17%, at 2048 (32) +12% either way;
-// causal, where the visits are staggered already, 1024 went from +10% to +16%.
+// The most key blocks for two accumulator slices: they cut the cost at 16 key blocks without
+// a mask, not at 32, and raised it under a causal mask, whose visits are staggered already
+// (bench/RESULTS.md).
 inline constexpr int kBwdMaxSlicedKeyBlocks = 16;
 
 // The fewest SMs for the rotated order. A block waits on the later key blocks of its pair,
@@ -79,12 +77,9 @@ inline int bwd_sm90_dq_slices(const core::BackwardParams& p, int head_dim) {
 }
 
 // Turn groups under a causal mask: key_blocks / kBwdMinTurnGroupBlocks groups, at most
-// kBwdMaxTurnGroups. H200, d = 256, causal, deterministic cost (highest first -> 4 groups ->
-// 8 groups): 16384 +16% -> +12% -> +11..+12%, 4096 +12% -> +8% -> +8%; but at 1024 (16 key
-// blocks) +9..+10% -> +12..+13% -> +29%, and at 2048 +10..+11% -> +8% -> +14%: a group of few key
-// blocks runs apart in time from the pair's other groups, and with many pairs their Q, dO and
-// dQ accumulator leave L2 in between. d = 128 at 4096 (32 key blocks) +1..+2% -> -2% (2 groups
-// -0..-1%), at 16384 +5..+6% -> +3..+5%.
+// kBwdMaxTurnGroups. Groups of fewer key blocks cost more than they gain: such a group runs
+// apart in time from the pair's other groups, and with many pairs their Q, dO and dQ
+// accumulator leave L2 in between (bench/RESULTS.md has the grid).
 inline constexpr int kBwdMinTurnGroupBlocks = 16;
 inline constexpr int kBwdMaxTurnGroups = 8;
 

@@ -129,9 +129,8 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
 // is chosen from the cache capacity (cache_seqlens may live on the device, and reading it
 // would synchronize). Long decode splits over a contiguous cache run one block per SM: alone
 // on its SM such a block keeps up with memory, and a second block per SM only adds contention
-// and an uneven wave (H200, bf16, 32/8 heads, d = 128, batch 8: 2 splits 4.36 / 4.54 TB/s at
-// 32k / 128k keys, 4 splits 4.23 / 4.41). Not over a paged cache: one block per SM leaves
-// the page lookups exposed (batch 8 / 32k, page 16: 3.51 TB/s with 2 splits, 4.24 with 4).
+// and an uneven wave. Not over a paged cache: one block per SM leaves the page lookups exposed
+// (bench/RESULTS.md has both measurements).
 // Nor over an e4m3 cache, whose blocks convert what they read: alone on an SM they leave it
 // waiting on their own instructions, and the blocks of one wave hide each other's.
 // Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than

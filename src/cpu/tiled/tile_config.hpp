@@ -20,7 +20,7 @@ constexpr int kBlockK = 64;
 #endif
 
 // Query blocks per forward task that share each K/V tile: the keys are read from memory
-// once per kGroupQ * kBlockQ query rows (measured on Zen 3: 2 -> 4 gains about 10%).
+// once per kGroupQ * kBlockQ query rows (4 was faster than 2: bench/RESULTS.md).
 constexpr int kGroupQ = 4;
 
 // Key blocks per dK/dV task that share each loaded query block, and query blocks per dQ

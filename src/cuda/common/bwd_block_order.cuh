@@ -42,9 +42,7 @@
 
 namespace flashattn::cuda {
 
-// H200, deterministic cost without a mask (4 -> 8 pairs; 2 and 16 were worse): d = 128 at
-// 1024 +12..+13% -> +9%, d = 256 at 2048 +14% -> +12..+13%; d = 64 and 128 at 16384 lost 1-2
-// points (+1..+2% -> +2..+3%), the other cells moved within a point.
+// Pairs interleaved: 8 cost the deterministic mode least of 2, 4, 8 and 16 (bench/RESULTS.md).
 inline constexpr int kBwdInterleave = 8;
 
 struct BwdBlock {

@@ -215,9 +215,9 @@ __global__ void __launch_bounds__(BwdShape<D, TileT>::kThreads, BwdShape<D, Tile
       warp::mma_smem<T, kSdpMT, kSdpNT, D, false, false>(dp, v_warp, kv_a_lanes,
                                                          do_buf + q_rows, q_b_lanes);
       // Dropout: dP^T Z before the element-wise step (dS^T = P^T o (dP^T Z - D)), P^T Z
-      // after it (dV's operand), on whole tiles. (Applied per element inside the step, P^T Z
-      // of the row half 8..15 came out wrong on the unmasked path of the 32 x 32 shares:
-      // seen on the H200 with nvcc 13.0, cause not found.)
+      // after it (dV's operand), on whole tiles. Applied per element inside the step instead,
+      // the compiled kernel got one path wrong (bench/RESULTS.md); the CudaDropout backward
+      // tests would catch it.
       using DropMask = decltype(bwd_dropout_mask<kDropout, kSdpNT>(p, b, h, 0, 0, lane));
       DropMask drop[kSdpMT];
 #pragma unroll

@@ -67,7 +67,7 @@ namespace flashattn::cuda::sm90 {
 
 // kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
 // the writer's halves are compiled into it alone: in one kernel with the default mode they
-// made the 24-register writer spill more and cost the default 1-4% (H200, d = 64 and 128).
+// made the 24-register writer spill more and slowed the default mode (bench/RESULTS.md).
 template <int D, bool kDeterministic = false>
 struct BwdShape {
   static constexpr BwdSm90Tile kTile = bwd_sm90_tile(D);
@@ -102,8 +102,8 @@ struct BwdShape {
   static constexpr int kStashBarrierBytes = kDqWriter ? 4 * 8 : 0;
   // Without the writer each MMA warp adds its own dQ rows, regrouped through a shared-memory
   // scratch of 16 rows x 32 floats so that 8 lanes cover a row's 128-byte line: L2 takes fp32
-  // reductions about 1.7x as fast in whole lines as in the 32-byte row pieces of the
-  // accumulator layout (measured on an H200, 3.2 vs 1.9 TB/s).
+  // reductions faster in whole lines than in the 32-byte row pieces of the accumulator
+  // layout (bench/RESULTS.md).
   static constexpr int kScratchRowBytes = 32 * 4;
   static constexpr int kScratchBytes = kDqWriter ? 0 : 16 * kScratchRowBytes;  // per warp
   // A warpgroup's share of each product (rows x columns; the rows are always 64).
@@ -263,14 +263,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   for (int i = 0; i < S::kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
   // Deterministic, without the writer: each warp waits for the turn and passes it on for its
   // own rows, so that no barrier joins the warps there; a block's turn is over once all its
-  // warps added (the counter advances by kTile.warps per block; a counter per warp measured
-  // the same on an H200). The warp's __syncwarp orders its lanes' additions before lane 0's
+  // warps added (the counter advances by kTile.warps per block; a counter per warp was no
+  // faster). The warp's __syncwarp orders its lanes' additions before lane 0's
   // release, whose wait for them to land stalls the warp: a step gives it once its first
   // products are issued, while they run.
   int32_t* unreleased = nullptr;  // the dQ turn this warp has yet to pass on
   // The release also waits for the loads the warp has in flight: the next step's row
-  // statistics, needed only at the end of the step, are loaded after it (H200, deterministic
-  // cost at d = 256: 1-2 points less at every seqlen from 1024 causal and 2048 on).
+  // statistics, needed only at the end of the step, are loaded after it, which lowered the
+  // deterministic mode's cost at d = 256 (bench/RESULTS.md).
   constexpr bool kStatsAfterRelease = kDeterministic && !S::kDqWriter;
   // The accumulator slice this block adds into (bwd_deterministic_plan.hpp).
   const int dq_slice = kDeterministic ? bwd_dq_slice(n, w.dq_slice_bits) : 0;
