@@ -181,9 +181,13 @@ def generate_cells(model, implementations, batch, prompt, new_tokens, device, re
             rows[i] = whole[i] if isinstance(whole[i], Exception) else prefill[i]
             continue
         (seconds, peak), (prefill_seconds, _) = whole[i], prefill[i]
-        decode = (new_tokens - 1) / max(seconds - prefill_seconds, 1e-9)
+        # The two medians come from different calls: a whole call no longer than the prefill
+        # (noise, on a host-bound run) leaves no decode time to divide by.
+        decode = None
+        if seconds > prefill_seconds:
+            decode = round(batch * (new_tokens - 1) / (seconds - prefill_seconds), 1)
         rows[i] = {"tokens_per_s": round(batch * new_tokens / seconds, 1),
-                   "decode_tokens_per_s": round(batch * decode, 1),
+                   "decode_tokens_per_s": decode,
                    "prefill_ms": round(prefill_seconds * 1e3, 2), "peak_gib": peak}
     return rows
 
