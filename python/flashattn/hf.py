@@ -40,13 +40,51 @@ def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_
                  attention_mask=None, **kwargs):
     """The mask attention_forward takes: the 2D padding mask [batch, kv_length] (True where
     there is a token), or None without padding. Causality, windows and packing are kernel
-    options, so no dense mask is ever built."""
+    options, so no dense mask is ever built.
+
+    A static cache hands every layer all kv_length slots, of which only the first
+    q_offset + q_length hold keys yet, and without padding Transformers passes no mask. The
+    slots past them must still be left out, so then the mask is the 1D int32 count of keys
+    seen per batch entry (_seen_keys), and attention_forward attends to that prefix of the
+    cache."""
     if attention_mask is None:
-        return None
+        return _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset)
+    if attention_mask.dim() == 1:  # already ours: generate() makes the masks ahead of forward
+        return attention_mask
     attention_mask = attention_mask[:, -kv_length:]
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
         return None
     return attention_mask
+
+
+def _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset):
+    """[batch] int32: how many of the cache's kv_length slots hold keys, or None where all
+    do. Under torch.compile the count stays a device tensor (the cache position is one), so
+    no shape depends on it; otherwise it is read once per pass and kept on the host."""
+    if isinstance(kv_offset, torch.Tensor) or kv_offset != 0:
+        return None  # a sliding cache's window: its slots are Transformers' to order
+    if isinstance(q_offset, torch.Tensor) and torch.compiler.is_compiling():
+        return (q_offset + q_length).to(torch.int32).reshape(1).expand(batch_size)
+    seen = int(q_offset) + q_length
+    if seen >= kv_length:
+        return None
+    return torch.full((batch_size,), seen, dtype=torch.int32)
+
+
+def _attend_prefix(q, k, v, seen, options, deterministic):
+    """Queries against the first seen[b] keys of each batch entry's cache (_seen_keys)."""
+    if not torch.compiler.is_compiling():
+        count = int(seen[0])  # a host tensor: the same count for every entry
+        return interface._attention(q, k[:, :count], v[:, :count], None, options,
+                                    deterministic, False)
+    # Compiled: the cache as varlen rows, each entry's keys cut by seqused_k on the device.
+    batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    starts = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    varlen = interface._varlen(_rows(q), starts * seqlen_q, starts * seqlen_k, seqlen_q,
+                               seqlen_k, seen.to(q.device))
+    out = interface._attention(_rows(q), _rows(k), _rows(v), varlen, options, deterministic,
+                               False)
+    return out.view(batch, seqlen_q, *out.shape[1:])
 
 
 def _kernel_dtype(query):
@@ -169,7 +207,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     packed = None
     if attention_mask is None and q.shape[1] == k.shape[1]:
         packed = _packed_offsets(kwargs.get("position_ids"), kwargs)
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dim() == 1:  # a static cache's prefix
+        out = _attend_prefix(q, k, v, attention_mask, options, deterministic)
+    elif attention_mask is not None:
         out = _unpadded(q, k, v, attention_mask, options, deterministic)
     elif packed is not None:
         varlen = interface._varlen(q, *packed)

@@ -184,3 +184,24 @@ def test_packed_sequences_from_cu_seq_lens():
                       cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9).logits
         separate = torch.cat([eager(s).logits for s in sequences], dim=1)
     _assert_logits_close(packed, separate)
+
+
+@pytest.mark.parametrize("compiled, padded", [(False, False), (False, True), (True, False)],
+                         ids=["unpadded", "left_padded", "compiled_unpadded"])
+def test_generate_with_a_static_cache(compiled, padded):
+    # A static cache hands every layer the whole preallocated cache, most of it not yet
+    # filled; without padding Transformers passes no mask, and the unfilled slots must still
+    # be left out. Compiled with fullgraph=True, no shape may depend on how many are filled.
+    # (A padded batch under fullgraph=True is not covered: unpadding is data-dependent.)
+    ours, eager = _pair(_llama())
+    ids = torch.randint(1, 97, (2, 7))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :3] = 0
+    settings = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                    cache_implementation="static")
+    if compiled:
+        torch._dynamo.reset()
+        ours.forward = torch.compile(ours.forward, fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(ours.generate(ids, **settings), eager.generate(ids, **settings))
