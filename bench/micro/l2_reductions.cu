@@ -16,18 +16,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "best_time.cuh"
+
 namespace {
 
 constexpr int kRows = 64, kCols = 256, kRowStride = 2048, kTiles = 32, kThreads = 256;
-
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    const cudaError_t e = (call);                                                    \
-    if (e != cudaSuccess) {                                                          \
-      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                         \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
 
 enum Shape {
   kFragmentPairs,  // 8-byte atomics as an mma accumulator holds them: 8 rows x 32 B
@@ -98,26 +91,13 @@ __global__ void __launch_bounds__(kThreads, 1) add_tiles(float* buffer, int iter
 template <Shape kShape>
 int measure(float* buffer, int blocks, const char* name) {
   constexpr int kSmem = kRows * kCols * 4 + 1024, kIterations = 400;
-  CHECK(cudaFuncSetAttribute(add_tiles<kShape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmem));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  float best = 1e30f;
-  for (int rep = 0; rep < 7; ++rep) {  // the first one warms up
-    CHECK(cudaEventRecord(start));
-    add_tiles<kShape><<<blocks, kThreads, kSmem>>>(buffer, kIterations);
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (rep > 0 && ms < best) best = ms;
-  }
+  MICRO_CHECK(cudaFuncSetAttribute(add_tiles<kShape>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  auto launch = [&] { add_tiles<kShape><<<blocks, kThreads, kSmem>>>(buffer, kIterations); };
+  float best = 0.f;
+  if (best_time_ms(launch, 6, &best) != 0) return 1;
   const double bytes = static_cast<double>(blocks) * kIterations * kRows * kCols * 4;
   std::printf("%-40s %4d blocks: %.3f ms, %.2f TB/s\n", name, blocks, best, bytes / best / 1e9);
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
   return 0;
 }
 
@@ -125,11 +105,11 @@ int measure(float* buffer, int blocks, const char* name) {
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MICRO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   float* buffer = nullptr;
   const size_t bytes = static_cast<size_t>(kTiles) * kRows * kRowStride * 4;
-  CHECK(cudaMalloc(&buffer, bytes));
-  CHECK(cudaMemset(buffer, 0, bytes));
+  MICRO_CHECK(cudaMalloc(&buffer, bytes));
+  MICRO_CHECK(cudaMemset(buffer, 0, bytes));
   int failed = 0;
   for (int blocks : {sms, 2 * sms}) {
     failed |= measure<kFragmentPairs>(buffer, blocks, "8-byte atomics, 8 rows x 32 B");
@@ -140,6 +120,6 @@ int main() {
     failed |= measure<kBulkReduce>(buffer, blocks, "cp.reduce.async.bulk, 1 KB rows");
     failed |= measure<kStores>(buffer, blocks, "16-byte stores");
   }
-  CHECK(cudaFree(buffer));
+  MICRO_CHECK(cudaFree(buffer));
   return failed;
 }

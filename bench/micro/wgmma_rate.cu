@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "best_time.cuh"
+
 #include "cuda/prim/math.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -35,14 +37,6 @@ constexpr int kKSteps = 4;        // k = 64 per commit group
 constexpr int kIters = 4096;      // commit groups per warpgroup
 constexpr int kTileBytes = 64 * 256 * 2;  // room for any operand tile below (32 KB)
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    const cudaError_t e = (call);                                                    \
-    if (e != cudaSuccess) {                                                          \
-      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                         \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
 
 template <int N, ASource kA, int kWarpgroups>
 __global__ void __launch_bounds__(128 * kWarpgroups, 1) rate_kernel(float* sink) {
@@ -102,27 +96,15 @@ template <int N, ASource kA, int kWarpgroups>
 int measure(int sms, float* sink) {
   auto kernel = &rate_kernel<N, kA, kWarpgroups>;
   const int smem = (kWarpgroups + 1) * kTileBytes + 1024;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  float best = 1e30f;
-  for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up
-    CHECK(cudaEventRecord(start));
-    kernel<<<sms, 128 * kWarpgroups, smem>>>(sink);
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (rep > 0 && ms < best) best = ms;
+  MICRO_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  float best = 0.f;
+  if (best_time_ms([&] { kernel<<<sms, 128 * kWarpgroups, smem>>>(sink); }, 5, &best) != 0) {
+    return 1;
   }
   const double flops = 2.0 * 64 * N * 16 * kKSteps * kIters * kWarpgroups * sms;
   const char* source = kA == ASource::kRegisters ? "rs" : kA == ASource::kSmemMN ? "ss_mn" : "ss";
   std::printf("N %3d  A %-5s  warpgroups %d  %7.1f TFLOP/s  (%.3f ms)\n", N, source, kWarpgroups,
               flops / (best * 1e-3) / 1e12, best);
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
   return 0;
 }
 
@@ -136,16 +118,16 @@ int measure_all_n(int sms, float* sink) {
 
 int main() {
   int device = 0, sms = 0;
-  CHECK(cudaGetDevice(&device));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MICRO_CHECK(cudaGetDevice(&device));
+  MICRO_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   float* sink = nullptr;
-  CHECK(cudaMalloc(&sink, sms * sizeof(float)));
+  MICRO_CHECK(cudaMalloc(&sink, sms * sizeof(float)));
   int failed = 0;
   failed |= measure_all_n<ASource::kSmemK, 1>(sms, sink);
   failed |= measure_all_n<ASource::kSmemK, 2>(sms, sink);
   failed |= measure_all_n<ASource::kSmemMN, 2>(sms, sink);
   failed |= measure_all_n<ASource::kRegisters, 1>(sms, sink);
   failed |= measure_all_n<ASource::kRegisters, 2>(sms, sink);
-  CHECK(cudaFree(sink));
+  MICRO_CHECK(cudaFree(sink));
   return failed;
 }

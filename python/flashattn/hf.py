@@ -63,6 +63,8 @@ def _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset):
     no shape depends on it; otherwise it is read once per pass and kept on the host."""
     if isinstance(kv_offset, torch.Tensor) or kv_offset != 0:
         return None  # a sliding cache's window: its slots are Transformers' to order
+    if kv_length <= q_length:
+        return None  # no slot past the queries' own keys: nothing to read from the device
     if isinstance(q_offset, torch.Tensor) and torch.compiler.is_compiling():
         return (q_offset + q_length).to(torch.int32).reshape(1).expand(batch_size)
     seen = int(q_offset) + q_length
@@ -79,11 +81,11 @@ def _attend_prefix(q, k, v, seen, options, deterministic):
                                     deterministic, False)
     # Compiled: the cache as varlen rows, each entry's keys cut by seqused_k on the device.
     batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    q_rows = _rows(q)
     starts = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
-    varlen = interface._varlen(_rows(q), starts * seqlen_q, starts * seqlen_k, seqlen_q,
-                               seqlen_k, seen.to(q.device))
-    out = interface._attention(_rows(q), _rows(k), _rows(v), varlen, options, deterministic,
-                               False)
+    varlen = interface._varlen(q_rows, starts * seqlen_q, starts * seqlen_k, seqlen_q, seqlen_k,
+                               seen.to(q.device))
+    out = interface._attention(q_rows, _rows(k), _rows(v), varlen, options, deterministic, False)
     return out.view(batch, seqlen_q, *out.shape[1:])
 
 
