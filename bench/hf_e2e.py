@@ -17,9 +17,14 @@ are alternated: every round runs each of them once, in an order that rotates fro
 round, so that the host's drift (large for the host-bound generation cells) falls on all of
 them alike instead of on whichever ran last:
   generate  batch x prompt tokens, --new-tokens greedy tokens forced (no early EOS), dynamic
-            cache; with --compile also the static cache with a compiled forward. Reported:
-            tokens/s over the whole call, the prefill (a one-token call) and the decode rate
-            (the other tokens over the time past the prefill).
+            cache; with --compile also "static+compile": generate(...,
+            cache_implementation="static", compile_config=CompileConfig(fullgraph=True)), as a
+            Transformers user asks for it: Transformers compiles the decoding forward (mode
+            "reduce-overhead", CUDA graphs; the prefill runs uncompiled), on CUDA only: on the
+            CPU the cell runs the static cache uncompiled (Transformers warns so).
+            fullgraph=True makes a graph break an error row, not a silently split graph.
+            Reported: tokens/s over the whole call, the prefill (a one-token call) and the
+            decode rate (the other tokens over the time past the prefill).
   train     batch x seqlen: forward + backward of the model's loss. "padded": rows of random
             lengths between seqlen / 2 and seqlen, padded to seqlen with an attention mask;
             "packed": the same sequences concatenated into one row, position_ids restarting
@@ -144,26 +149,22 @@ def alternated(cells, device, repeats):
 def generate_cells(model, implementations, batch, prompt, new_tokens, device, repeats, static):
     """{implementation: row fields or an exception}: tokens/s of the whole call, the prefill
     (a one-token call) and the decode rate (the other tokens over the time past the prefill)."""
+    import transformers
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, prompt), device=device)
     mask = torch.ones_like(ids)
-    extra = {"cache_implementation": "static"} if static else {}
-    plain_forward = model.forward
-    compiled = {}
+    extra = {}
+    if static:
+        # On CUDA Transformers compiles the decoding step itself; a compile of our own of the
+        # forward on top of it failed on the GPU (CUDA graph outputs overwritten by a later run).
+        extra = {"cache_implementation": "static",
+                 "compile_config": transformers.CompileConfig(fullgraph=True)}
+        # The one compiled forward is shared by every implementation and cell, each adding
+        # graphs to it; with fullgraph=True, passing dynamo's recompile limit is an error.
+        torch._dynamo.reset()
 
     def setup(implementation):
-        def switch():
-            use_implementation(model, implementation)
-            if static:
-                if implementation not in compiled:
-                    compiled[implementation] = torch.compile(plain_forward,
-                                                             mode="reduce-overhead",
-                                                             fullgraph=True)
-                model.forward = compiled[implementation]
-        return switch
-
-    def restore():
-        model.forward = plain_forward
+        return lambda: use_implementation(model, implementation)
 
     def run(tokens):
         return lambda: model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
@@ -171,10 +172,10 @@ def generate_cells(model, implementations, batch, prompt, new_tokens, device, re
                                       pad_token_id=0, **extra)
 
     with torch.no_grad():
-        whole = alternated({i: Measured(setup(i), run(new_tokens), restore)
+        whole = alternated({i: Measured(setup(i), run(new_tokens))
                             for i in implementations}, device, repeats)
-        prefill = alternated({i: Measured(setup(i), run(1), restore)
-                              for i in implementations}, device, repeats)
+        prefill = alternated({i: Measured(setup(i), run(1)) for i in implementations},
+                             device, repeats)
     rows = {}
     for i in implementations:
         if isinstance(whole[i], Exception) or isinstance(prefill[i], Exception):
@@ -295,7 +296,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--train", default="1x4096,1x16384", help="batch x seqlen")
     ap.add_argument("--compile", action="store_true",
-                    help="also generate with the static cache and a compiled forward")
+                    help="also generate with the static cache, compiled by Transformers "
+                         "(CUDA only: on the CPU it runs uncompiled)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true",
                     help="after each dynamic-cache generate cell, one profiled generate() per "

@@ -9,6 +9,12 @@ The name is "fa2cpp" because Transformers routes every implementation whose name
 batches are unpadded to the packed (varlen) layout and padded back, packed sequences are
 read from cu_seq_lens_* or position_ids, and sliding windows and softcapping map to the
 kernel's options. CUDA tensors run the CUDA kernels, CPU tensors the CPU backend.
+
+Under torch.compile a padded pass over a cache (generation) is attended without host reads
+or data-dependent shapes, so fullgraph=True works, provided the padding is on the left, as
+Transformers' generate() pads; a batch padded otherwise would be attended wrongly there. A
+padded pass without a cache (training, the prefill of a dynamic cache) is still unpadded,
+which has data-dependent shapes: it needs fullgraph=False (graph breaks).
 """
 import os
 import weakref
@@ -46,15 +52,46 @@ def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_
     q_offset + q_length hold keys yet, and without padding Transformers passes no mask. The
     slots past them must still be left out, so then the mask is the 1D int32 count of keys
     seen per batch entry (_seen_keys), and attention_forward attends to that prefix of the
-    cache."""
+    cache.
+
+    Generation over a static cache makes its masks ahead of a forward that Transformers may
+    compile, so a decoding step's mask covers all kv_length slots (False past the tokens
+    seen): its shape is then the same at every step, and the compiled step keeps static
+    shapes. Under torch.compile a 2D mask of a pass with a cache is returned without reading
+    whether it has padding (a data-dependent branch): attention_forward attends it on the
+    device (_attend_left_padded)."""
     if attention_mask is None:
         return _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset)
     if attention_mask.dim() == 1:  # already ours: generate() makes the masks ahead of forward
+        if torch.compiler.is_compiling():
+            # Counted again on the device: the count made ahead is a host tensor, and a host
+            # tensor among a graph's inputs keeps inductor from using CUDA graphs.
+            return _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset)
         return attention_mask
     attention_mask = attention_mask[:, -kv_length:]
+    if _static_decoding(q_length, q_offset, kv_offset):
+        missing = kv_length - attention_mask.shape[1]
+        return torch.nn.functional.pad(attention_mask, (0, missing)) if missing else attention_mask
+    if torch.compiler.is_compiling() and _with_cache(q_length, kv_length, attention_mask):
+        return attention_mask
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
         return None
     return attention_mask
+
+
+def _static_decoding(q_length, q_offset, kv_offset):
+    """One query per sequence over a static cache's first slots: the static cache gives its
+    position as a tensor (Transformers' choice, to compile without graph breaks)."""
+    return (q_length == 1 and isinstance(q_offset, torch.Tensor)
+            and not isinstance(kv_offset, torch.Tensor) and kv_offset == 0)
+
+
+def _with_cache(q_length, kv_length, mask):
+    """Whether a pass with a 2D padding mask reads a cache: its queries are not all of the
+    mask's positions, or its keys are a static cache longer than the mask. Otherwise (a
+    training pass, or a prefill into an empty dynamic cache) queries and keys are the same
+    tokens, padded on either side."""
+    return not q_length == kv_length == mask.shape[1]
 
 
 def _seen_keys(batch_size, q_length, kv_length, q_offset, kv_offset):
@@ -85,6 +122,33 @@ def _attend_prefix(q, k, v, seen, options, deterministic):
     starts = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     varlen = interface._varlen(q_rows, starts * seqlen_q, starts * seqlen_k, seqlen_q, seqlen_k,
                                seen.to(q.device))
+    out = interface._attention(q_rows, _rows(k), _rows(v), varlen, options, deterministic, False)
+    return out.view(batch, seqlen_q, *out.shape[1:])
+
+
+def _attend_left_padded(q, k, v, mask, options, deterministic):
+    """Compiled generation with a padding mask over the cache's first slots: L tokens seen
+    (the mask may go on past them, False), the queries the last seqlen_q of them, and
+    generation pads on the left, so entry b's keys are the last count_b of its L slots.
+    Unpadding would make shapes depend on the mask; instead the cache stays in place as
+    varlen rows and offsets computed on the device cut out each entry's keys. The library
+    wants offsets from 0 to the last row, so the slots between entries (left pads, slots past
+    L) are sequences of their own, without queries. Causal masking aligns each entry's
+    queries with its last keys: a query sees the keys up to its own position, windows
+    included, and a pad query (prefill) sees none and gives 0, as unpadding does.
+    A mask that is not left padding (holes, right padding) would be attended wrongly here;
+    Transformers does not generate with right padding."""
+    batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    counts = mask.sum(dim=1, dtype=torch.int32).to(q.device)
+    positions = torch.arange(1, mask.shape[1] + 1, dtype=torch.int32, device=mask.device)
+    seen = (mask * positions).amax().to(q.device)  # one past the last column holding a token
+    ends = torch.arange(batch, dtype=torch.int32, device=q.device) * seqlen_k + seen
+    # Offsets of 2 * batch + 1 sequences: a leading gap, then each entry and the gap after it.
+    inner = torch.stack([ends - counts, ends], dim=1).reshape(-1)
+    cu_k = torch.cat([inner.new_zeros(1), inner, inner.new_full((1,), batch * seqlen_k)])
+    cu_q = torch.arange(2 * batch + 2, dtype=torch.int32, device=q.device) // 2 * seqlen_q
+    q_rows = _rows(q)
+    varlen = interface._varlen(q_rows, cu_q, cu_k, seqlen_q, seqlen_k)
     out = interface._attention(q_rows, _rows(k), _rows(v), varlen, options, deterministic, False)
     return out.view(batch, seqlen_q, *out.shape[1:])
 
@@ -212,7 +276,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if attention_mask is not None and attention_mask.dim() == 1:  # a static cache's prefix
         out = _attend_prefix(q, k, v, attention_mask, options, deterministic)
     elif attention_mask is not None:
-        out = _unpadded(q, k, v, attention_mask, options, deterministic)
+        if torch.compiler.is_compiling() and _with_cache(q.shape[1], k.shape[1], attention_mask):
+            out = _attend_left_padded(q, k, v, attention_mask, options, deterministic)
+        else:  # eagerly, unpadding reads the mask once per pass and attends only the tokens
+            out = _unpadded(q, k, v, attention_mask, options, deterministic)
     elif packed is not None:
         varlen = interface._varlen(q, *packed)
         out = interface._attention(_rows(q), _rows(k), _rows(v), varlen, options, deterministic,

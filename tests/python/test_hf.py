@@ -186,13 +186,16 @@ def test_packed_sequences_from_cu_seq_lens():
     _assert_logits_close(packed, separate)
 
 
-@pytest.mark.parametrize("compiled, padded", [(False, False), (False, True), (True, False)],
-                         ids=["unpadded", "left_padded", "compiled_unpadded"])
+@pytest.mark.parametrize("compiled, padded",
+                         [(False, False), (False, True), (True, False), (True, True)],
+                         ids=["unpadded", "left_padded", "compiled_unpadded",
+                              "compiled_left_padded"])
 def test_generate_with_a_static_cache(compiled, padded):
     # A static cache hands every layer the whole preallocated cache, most of it not yet
-    # filled; without padding Transformers passes no mask, and the unfilled slots must still
-    # be left out. Compiled with fullgraph=True, no shape may depend on how many are filled.
-    # (A padded batch under fullgraph=True is not covered: unpadding is data-dependent.)
+    # filled; without padding Transformers passes no mask (some versions pass a mask of
+    # ones), and the unfilled slots must still be left out. Compiled with fullgraph=True, no
+    # shape may depend on how many are filled nor on the padding: a padding mask is then
+    # attended on the device, not unpadded.
     ours, eager = _pair(_llama())
     ids = torch.randint(1, 97, (2, 7))
     mask = torch.ones_like(ids)
@@ -205,3 +208,37 @@ def test_generate_with_a_static_cache(compiled, padded):
         ours.forward = torch.compile(ours.forward, fullgraph=True)
     with torch.no_grad():
         assert torch.equal(ours.generate(ids, **settings), eager.generate(ids, **settings))
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+def test_generate_compiled_by_transformers(padded):
+    # What a user gets from generate(cache_implementation="static"): Transformers compiles the
+    # decoding step itself (on CUDA; _compile_all_devices lets it on the CPU too), making the
+    # masks ahead of the compiled forward. Each step must then trace with fullgraph=True and
+    # the same static shapes, or every step would recompile (and record new CUDA graphs).
+    if not hasattr(transformers.CompileConfig, "_compile_all_devices"):
+        pytest.skip("this Transformers compiles generate() on CUDA only")
+    graphs = []
+
+    def recording_backend(graph, example_inputs):
+        graphs.append([tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)])
+        return graph.forward
+
+    ours, eager = _pair(_llama())
+    ids = torch.randint(1, 97, (2, 7))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :3] = 0
+    compile_config = transformers.CompileConfig(fullgraph=True, backend=recording_backend,
+                                                mode=None)
+    compile_config._compile_all_devices = True
+    settings = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0,
+                    cache_implementation="static")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = ours.generate(ids, compile_config=compile_config, **settings)
+        assert torch.equal(got, eager.generate(ids, **settings))
+    assert graphs, "Transformers compiled no decoding step"
+    dynamic = [shape for shapes in graphs for shape in shapes
+               if not all(isinstance(size, int) for size in shape)]
+    assert not dynamic, f"decoding steps recompiled with dynamic shapes: {dynamic}"
