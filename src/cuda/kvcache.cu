@@ -133,6 +133,8 @@ bool forward_kernel_runs(const core::KVCacheParams& p, int device, bool stage_q,
 // (bench/RESULTS.md has both measurements).
 // Nor over an e4m3 cache, whose blocks convert what they read: alone on an SM they leave it
 // waiting on their own instructions, and the blocks of one wave hide each other's.
+// An e4m3 decode with more blocks than half a wave splits to even out its last round
+// (kv_e4m3_wave_splits).
 // Otherwise splits fill one wave of resident blocks (a second, partial wave costs more than
 // it gains), each at least 4 key blocks long (shorter ones spend more on filling the pipeline
 // and on the combine than they gain): batch 1 peaks at 16 splits for 4k keys and 32 for 32k
@@ -154,6 +156,9 @@ int choose_splits(const core::KVCacheParams& p, bool decode, const KvTile& tile,
   }
   const int per_sm = std::max(1, std::min(4, smem_per_sm / (smem + 1024)));
   const int64_t slots = static_cast<int64_t>(sms) * per_sm;
+  if (decode && p.kv_e4m3 && 2 * blocks > slots) {
+    return kv_e4m3_wave_splits(blocks, slots, per_sm, std::min(key_blocks / 4, kMaxKvSplits));
+  }
   const int64_t wanted = slots / blocks;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, key_blocks / 4,
                                                                     kMaxKvSplits})));

@@ -56,6 +56,31 @@ constexpr KvTile kv_prefill_tile(int head_dim) {
 // read K/V fewer times, through L2, than one mostly empty prefill block costs in compute).
 inline constexpr int kKvDecodeMaxRows = 32;
 
+// Splits of an e4m3-cache decode whose blocks fill more than half a wave of resident blocks
+// (`slots`, `per_sm` per SM): the count in [1, max_splits] that minimizes the waves per split,
+// where a wave's last, partial round counts in full unless it still holds two blocks per SM.
+// Such blocks convert what they read: nearly alone on an SM they run at their instructions'
+// pace, not memory's, so a thin last round costs about a whole one (bench/RESULTS.md: batch 64
+// x 32k keys, 512 blocks on 396 slots, 1346 us unsplit, 1014 us in 3 splits). Ties, within
+// 2%, go to fewer splits (each costs a combine).
+constexpr int kv_e4m3_wave_splits(long long blocks, long long slots, int per_sm, int max_splits) {
+  int best = 1;
+  double best_cost = 0.0;
+  for (int s = 1; s <= (max_splits < 1 ? 1 : max_splits); ++s) {
+    const double waves = static_cast<double>(blocks * s) / static_cast<double>(slots);
+    const long long full = static_cast<long long>(waves);
+    const double tail = waves - static_cast<double>(full);
+    const double counted = static_cast<double>(full) + (tail == 0.0 ? 0.0
+                                                        : tail * per_sm >= 2.0 ? tail : 1.0);
+    const double cost = counted / s;
+    if (s == 1 || cost < best_cost * 0.98) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // The int64 offsets of the K and V rows of two key blocks (kv_kernel.cuh: row offsets).
 constexpr int kv_row_offset_bytes(KvTile t) { return 2 * 2 * t.block_n * 8; }
 

@@ -15,12 +15,13 @@
 // visibility mask on blocks that need it), online softmax, O += P V (fwd_gemm.cuh).
 // On sm_90 every block allows the dependent launch (the split-KV combine) at its start.
 //
-// An e4m3 cache (C = __nv_fp8_e4m3): the ring holds the cache's bytes, converted to T on chip.
+// An e4m3 cache (C = __nv_fp8_e4m3): the ring holds the cache's bytes, converted on chip.
 // With the decode tile a warp reads only its own keys of K and V, and loads their fragments
-// from the ring and converts them in registers (kv_e4m3_gemm.cuh: the output tiles then hold
-// their columns in another order, undone in the epilogue). The prefill tile's warps read
-// every key: the block converts each block into a tile of T (kv_convert.cuh), meets at a
-// barrier, and runs the 16-bit products. k's descale joins the score scale and v's the
+// from the ring and converts them in registers to fp16, the type of its products whatever q's
+// (kv_e4m3_gemm.cuh: Q is rewritten as scaled fp16 fragments once, before the loop, and the
+// output tiles hold their columns in another order, undone in the epilogue). The prefill
+// tile's warps read every key: the block converts each block into a tile of T
+// (kv_convert.cuh), meets at a barrier, and runs the 16-bit products. k's descale joins the score scale and v's the
 // output's normalization: one factor per block, whose (batch entry, KV head) has one of each.
 //
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
@@ -185,7 +186,11 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
   const uint32_t q_warp_smem = q_smem + QTile::fixed_offset(warp_row0, 0) * 2;
   const uint32_t kv_warp_offset = KVTile::fixed_offset(warp_key0, 0) * 2;
   const uint32_t ring_warp_offset = RingTile::fixed_offset(warp_key0, 0) * 2;
-  const warp::E4m3LaneOffsets<QTile, RingTile> e4m3_lanes(lane);
+  const warp::E4m3LaneOffsets<RingTile> e4m3_lanes(lane);
+  // The decode tile over an e4m3 cache: the factor that scales each of this thread's score
+  // rows back (e4m3_q_fragments), per row tile and half.
+  __shared__ float q_row_factors[S::kE4m3Registers ? kBlockM : 1];
+  float q_row_factor[kMT][2];
 
   // The prefill tile over an e4m3 cache: ring slot `buffer` into the converted K and V.
   auto convert_kv = [&](int buffer) {
@@ -221,8 +226,18 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
     float s[kMT][kNT][4];
     prim::thread::zero(s);
     if constexpr (S::kE4m3Registers) {
-      warp::qk_scores_e4m3<T, kMT, kNT, D, QTile, RingTile>(
-          s, q_warp_smem, k_ring(buffer) + ring_warp_offset, e4m3_lanes);
+      warp::qk_scores_e4m3<kMT, kNT, D, RingTile>(s, q_smem, k_ring(buffer) + ring_warp_offset,
+                                                  e4m3_lanes, lane);
+      if constexpr (!std::is_same_v<T, __half>) {
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][j][e] *= q_row_factor[m][e / 2];
+          }
+        }
+      }
     } else {
       warp::qk_scores<T, kMT, kNT, D, QTile, KVTile>(s, q_warp_smem,
                                                      k_buffer(buffer) + kv_warp_offset, lanes);
@@ -231,11 +246,20 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
         masked, s, sc, p.alibi_slopes != nullptr, mask,
         n * kBlockN + warp_key0 + 2 * (lane % 4),
         row_query, row_slope);
-    softmax.update(s, o, sc.log2_unit);
     if constexpr (S::kE4m3Registers) {
-      warp::pv_output_e4m3<T, kMT, kNT, kDT, QTile, RingTile>(
-          o, s, v_ring(buffer) + ring_warp_offset, e4m3_lanes);
+      // O is rescaled only when a row's maximum moved (the factor is then not 1): in a long
+      // decode it seldom does, and the rescale is as many multiplies as O has registers,
+      // which the e4m3 decode (bound by its instructions, not memory) feels.
+      float factor[kMT][2];
+      softmax.fold_block(s, sc.log2_unit, factor);
+      bool moved = false;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) moved = moved || factor[m][0] != 1.f || factor[m][1] != 1.f;
+      if (__any_sync(0xFFFFFFFFu, moved)) softmax.rescale(o, factor);
+      warp::pv_output_e4m3<kMT, kNT, kDT, RingTile>(o, s, v_ring(buffer) + ring_warp_offset,
+                                                    e4m3_lanes);
     } else {
+      softmax.update(s, o, sc.log2_unit);
       warp::pv_output<T, kMT, kNT, kDT, QTile, KVTile>(o, s, v_buffer(buffer) + kv_warp_offset,
                                                        lanes);
     }
@@ -265,6 +289,18 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
   }
   if (S::kStages - 1 < blocks) {
     store_row_offsets(n_begin + S::kStages - 1, row_page(n_begin + S::kStages - 1));
+  }
+  if constexpr (S::kE4m3Registers) {
+    // Q's group landed (the key blocks' may still be in flight): Q into fp16 fragments.
+    prim::thread::cp_async_wait<S::kStages - 1>();
+    e4m3_q_fragments<T, kBlockM, D, QTile, S::kThreads>(q_smem, q_row_factors, tid);
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        q_row_factor[m][half] = q_row_factors[warp_row0 + 16 * m + 8 * half + lane / 4];
+      }
+    }
   }
 
   constexpr std::true_type masked{};

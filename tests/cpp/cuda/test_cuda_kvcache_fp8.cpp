@@ -159,6 +159,42 @@ TEST_P(CudaKVCacheFp8, RotaryBatchIdxAndLeftpad) {
   expect_passes_on_cuda(indexed);
 }
 
+// The decode tile multiplies in fp16 whatever q's type, each q row scaled by a power of two
+// of its own. Each (batch entry, KV head) gets q rows of another magnitude, k's descale
+// divided by it so that the logits stay of order one: in bf16 past fp16's range (1e30, 3e5)
+// and below its normal range (1e-6, 1e-30), where an unscaled conversion would overflow or
+// lose the digits the scores need; inside a group the rows differ by factors of 2 and 4,
+// so a row read with another row's factor would fail. Contiguous, paged and split.
+TEST_P(CudaKVCacheFp8, QueryRowsOfEveryMagnitude) {
+  const bool bf16 = GetParam() == DType::kBF16;
+  const std::vector<float> magnitudes =
+      bf16 ? std::vector<float>{1e30f, 1e-30f, 3e5f, 1e-6f, 1.f, 7e4f}
+           : std::vector<float>{1000.f, 1e-3f, 100.f, 0.01f, 1.f, 30.f};
+  const float in_group[4] = {1.f, 0.25f, 2.f, 0.5f};
+  for (int page_size : {0, 16}) {
+    for (int splits : {1, 3}) {
+      KVCacheProblem p = problem();
+      p.page_size = page_size;
+      p.num_splits = splits;
+      p.seqlen_cache = 600;
+      p.seqlen_new = 0;
+      fa_test::KVCacheInputs in = fa_test::make_kvcache_inputs(p);
+      const int group = p.nheads / p.nheads_k;
+      for (int64_t n = 0; n < in.q.numel(); ++n) {
+        const int head = static_cast<int>(n / p.head_dim % p.nheads);
+        const int b = static_cast<int>(n / (static_cast<int64_t>(p.head_dim) * p.nheads));
+        const float magnitude = magnitudes[(b * p.nheads_k + head / group) % magnitudes.size()];
+        in.q.set(n, in.q.get(n) * magnitude * in_group[head % group % 4]);
+      }
+      ASSERT_EQ(in.k_descale.numel(), p.batch * p.nheads_k);
+      for (int64_t n = 0; n < in.k_descale.numel(); ++n) {
+        in.k_descale.set(n, in.k_descale.get(n) / magnitudes[n % magnitudes.size()]);
+      }
+      expect_passes(fa_test::check_kvcache(p, cuda_runner(), in));
+    }
+  }
+}
+
 // With one key, out is v * v_descale: a d = 256 row holding the 256 patterns comes back
 // exactly (fp16 and bf16 hold every e4m3 value), NaN patterns as NaN.
 TEST_P(CudaKVCacheFp8, EveryE4m3PatternConvertsExactly) {

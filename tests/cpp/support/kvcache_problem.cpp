@@ -233,9 +233,13 @@ int64_t cache_index(const KVCacheProblem& p, const KVCacheInputs& in, int b, int
 }
 
 CheckResult check_kvcache(const KVCacheProblem& problem, const Runner& runner) {
+  return check_kvcache(problem, runner, make_kvcache_inputs(problem));
+}
+
+CheckResult check_kvcache(const KVCacheProblem& problem, const Runner& runner,
+                          const KVCacheInputs& inputs) {
   CheckResult result;
   result.problem = problem.describe() + " on " + runner.name;
-  const KVCacheInputs inputs = make_kvcache_inputs(problem);
   KVCacheOutputs tested = make_kvcache_outputs(problem, inputs);
   KVCacheOutputs exact = make_kvcache_outputs(problem, inputs);
   KVCacheOutputs lowp = make_kvcache_outputs(problem, inputs);

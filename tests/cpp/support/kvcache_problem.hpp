@@ -83,5 +83,8 @@ int64_t cache_index(const KVCacheProblem& problem, const KVCacheInputs& inputs, 
                     int position, int head, int c);
 
 CheckResult check_kvcache(const KVCacheProblem& problem, const Runner& runner);
+// The same on inputs the caller made (make_kvcache_inputs, then changed).
+CheckResult check_kvcache(const KVCacheProblem& problem, const Runner& runner,
+                          const KVCacheInputs& inputs);
 
 }  // namespace fa_test
