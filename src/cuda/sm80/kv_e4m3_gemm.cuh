@@ -157,8 +157,6 @@ __device__ __forceinline__ void pv_output_e4m3(float (&o)[MT][DT][4], const floa
 
 }  // namespace warp
 
-// Block-wide (all threads of the block call it): Q into fragments.
-
 // The power of two by which a q row whose largest magnitude is `amax` is scaled on its way to
 // fp16: the largest then lies in [2^14, 2^15). A row of zeros or with an inf or NaN is left
 // as it is (inf and NaN convert as they are, and reach the scores as in the reference). The
@@ -186,7 +184,8 @@ template <class T, int Rows, int D, class QTile, int Threads>
 __device__ __forceinline__ void e4m3_q_fragments(uint32_t q_smem, float* row_factor, int tid) {
   static_assert(Rows % 16 == 0 && (Rows / 16) * (D / 16) * 32 % Threads == 0,
                 "uneven fragment split");
-  constexpr bool kScale = !std::is_same_v<T, __half>;
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "16-bit q");
+  constexpr bool kScale = std::is_same_v<T, __nv_bfloat16>;
   __syncthreads();  // every thread's copies of the tile
   auto pair_at = [&](int row, int col) {  // 4 elements: d = col .. col + 3
     return q_smem + 2 * (QTile::chunk_offset(row, col / 8) + col % 8);

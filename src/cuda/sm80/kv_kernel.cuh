@@ -21,8 +21,9 @@
 // (kv_e4m3_gemm.cuh: Q is rewritten as scaled fp16 fragments once, before the loop, and the
 // output tiles hold their columns in another order, undone in the epilogue). The prefill
 // tile's warps read every key: the block converts each block into a tile of T
-// (kv_convert.cuh), meets at a barrier, and runs the 16-bit products. k's descale joins the score scale and v's the
-// output's normalization: one factor per block, whose (batch entry, KV head) has one of each.
+// (kv_convert.cuh), meets at a barrier, and runs the 16-bit products. k's descale joins the
+// score scale and v's the output's normalization: one factor per block, whose (batch entry,
+// KV head) has one of each.
 //
 // Epilogue: every warp puts its unnormalized output and row statistics in shared memory
 // (reusing the tiles); the block merges the key-warps (weights exp(max_w - max)), normalizes
