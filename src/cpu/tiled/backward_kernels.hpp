@@ -588,20 +588,25 @@ void start_key_block(const core::BackwardParams& params, const SequenceRows& seq
 }
 
 // Writes the dK and dV of key block k (KV head hk) to params.dk and params.dv, zero past
-// the live keys.
+// the live keys. Those zeros are written, not taken from the tiles: a product padded to
+// whole operand rows leaves 0 * x in the tile rows past the live keys, NaN where a query
+// row holds a NaN.
 template <ElementType Type>
 void store_dkdv(const core::BackwardParams& params, const SequenceRows& seq, int hk,
                 const KeyTiles& k, const BackwardTiles& t) {
   using Element = Storage<Type>;
   const int keys = std::min(kBlockK, seq.rows_k - k.key0);
+  const int live = std::min(k.keys, keys);
   Element* dk = static_cast<Element*>(params.dk.ptr) +
                 element_offset(params.dk, seq.batch, seq.k_row0 + k.key0, hk);
   Element* dv = static_cast<Element*>(params.dv.ptr) +
                 element_offset(params.dv, seq.batch, seq.k_row0 + k.key0, hk);
-  store_rows<Type>(k.dk, t.d_pad, keys, t.d, nullptr,
-                   [&](int r) { return dk + r * params.dk.row_stride; });
-  store_rows<Type>(k.dv, t.dv_pad, keys, t.dv, nullptr,
-                   [&](int r) { return dv + r * params.dv.row_stride; });
+  const auto dk_row = [&](int r) { return dk + r * params.dk.row_stride; };
+  const auto dv_row = [&](int r) { return dv + r * params.dv.row_stride; };
+  store_rows<Type>(k.dk, t.d_pad, live, t.d, nullptr, dk_row);
+  store_rows<Type>(k.dv, t.dv_pad, live, t.dv, nullptr, dv_row);
+  store_zero_rows<Type>(keys - live, t.d, [&](int r) { return dk_row(live + r); });
+  store_zero_rows<Type>(keys - live, t.dv, [&](int r) { return dv_row(live + r); });
 }
 
 // The pairs each pass runs: the dQ pass pairs a query block with the key tiles that meet

@@ -142,6 +142,13 @@ void store_columns(const float* src, int64_t lds, int rows, int cols, const floa
   }
 }
 
+// Rows of `cols` zeros, converted, to row_pointer(r) for r < rows.
+template <ElementType Type, typename RowPointer>
+void store_zero_rows(int rows, int cols, RowPointer row_pointer) {
+  const float zeros[kMaxHeadDim] = {};
+  for (int r = 0; r < rows; ++r) from_float<Type>(zeros, row_pointer(r), cols);
+}
+
 inline void zero(float* dst, size_t n) { std::memset(dst, 0, sizeof(float) * n); }
 
 // Per-thread scratch carved into 64-byte aligned tiles; with a null base it only counts.
