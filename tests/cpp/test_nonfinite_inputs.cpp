@@ -113,6 +113,27 @@ TEST_P(CpuNonfinite, GradientsOnlyReachPairsThatSeeEachOther) {
                             Containment::kRows);
 }
 
+// Packed sequences whose last keys are past seqused_k, no mask: the key blocks are fully
+// visible (bf16: the fused products, whose output rows are padded past the live keys). A NaN
+// query reaches the dK and dV of the keys its sequence attends, not those of the keys past
+// seqused_k (gradient 0) nor another sequence's.
+TEST_P(CpuNonfinite, QueryDoesNotReachKeysPastSeqused) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Problem p;
+    p.dtype = dtype;
+    p.nheads = 4;
+    p.nheads_k = 2;
+    p.head_dim = 72;
+    p.seqlens_q = {70, 40};
+    p.seqlens_k = {6, 36};
+    p.seqused_k = {5, 16};
+    p.seed = 2104;
+    expect_backward_contained(p, {Poisoned::kQ, 0, 33, 3, 1, kNan}, cpu(), Containment::kRows);
+    expect_backward_contained(p, {Poisoned::kQ, 1, 7, 0, 70, kNan}, cpu(), Containment::kRows);
+  }
+}
+
 TEST_P(CpuNonfinite, CacheValueOnlyReachesRowsThatSeeIt) {
   for (int page_size : {0, 16}) {
     SCOPED_TRACE(page_size);

@@ -85,23 +85,36 @@ HostTensor* poisoned_tensor(Inputs* in, Poisoned which) {
   return nullptr;
 }
 
-void poison_dense(const Poison& poison, Inputs* in) {
+// Dense: [batch, rows, heads, dim]. Varlen: [rows, heads, dim], the sequences packed, so
+// (batch, row) is row row0(batch) + row.
+void poison_element(const Problem& p, const Poison& poison, Inputs* in) {
   HostTensor* t = poisoned_tensor(in, poison.tensor);
+  if (p.varlen()) {
+    const bool query_side = poison.tensor == Poisoned::kQ || poison.tensor == Poisoned::kDout;
+    const int64_t row =
+        (query_side ? p.q_row0(poison.batch) : p.k_row0(poison.batch)) + poison.row;
+    t->set((row * t->size(1) + poison.head) * t->size(2) + poison.element, poison.value);
+    return;
+  }
   const int64_t rows = t->size(1), heads = t->size(2), dim = t->size(3);
   t->set(((poison.batch * rows + poison.row) * heads + poison.head) * dim + poison.element,
          poison.value);
 }
 
-struct DenseLayouts {
+struct Layouts {
   OutputLayout out, lse, dq, dk, dv;
 };
 
-DenseLayouts dense_layouts(const Problem& p) {
-  return {{"out", p.seqlen_q, p.nheads, p.dim_v()},
-          {"lse", p.seqlen_q, p.nheads, 1, true},
-          {"dq", p.seqlen_q, p.nheads, p.head_dim},
-          {"dk", p.seqlen_k, p.nheads_k, p.head_dim, false, true},
-          {"dv", p.seqlen_k, p.nheads_k, p.dim_v(), false, true}};
+// Varlen outputs are one "batch entry" of all the packed rows (kRows containment only: it
+// compares every element with the clean run, whatever its sequence).
+Layouts layouts_of(const Problem& p) {
+  const int64_t rows_q = p.varlen() ? p.total_q() : p.seqlen_q;
+  const int64_t rows_k = p.varlen() ? p.total_k() : p.seqlen_k;
+  return {{"out", rows_q, p.nheads, p.dim_v()},
+          {"lse", rows_q, p.nheads, 1, true},
+          {"dq", rows_q, p.nheads, p.head_dim},
+          {"dk", rows_k, p.nheads_k, p.head_dim, false, true},
+          {"dv", rows_k, p.nheads_k, p.dim_v(), false, true}};
 }
 
 // Runs the forward (and the backward) of `runner` on `in`.
@@ -116,17 +129,18 @@ Outputs run(const Problem& p, const Inputs& in, const Runner& runner, bool backw
   return out;
 }
 
-void expect_dense_contained(const Problem& p, const Poison& poison, const Runner& runner,
+void expect_attention_contained(const Problem& p, const Poison& poison, const Runner& runner,
                             Containment containment, bool backward) {
-  ASSERT_FALSE(p.varlen()) << "dense problems only";
+  ASSERT_TRUE(!p.varlen() || containment == Containment::kRows)
+      << "varlen problems: the rows containment only";
   const Inputs clean_in = make_inputs(p);
   Inputs dirty_in = clean_in;
-  poison_dense(poison, &dirty_in);
+  poison_element(p, poison, &dirty_in);
   const Outputs clean = run(p, clean_in, runner, backward);
   const Outputs dirty = run(p, dirty_in, runner, backward);
   const Outputs reference = run(p, dirty_in, host_runner(flashattn::Backend::kReference), backward);
   const Group group = group_of(poison, p.nheads, p.nheads_k);
-  const DenseLayouts layouts = dense_layouts(p);
+  const Layouts layouts = layouts_of(p);
   expect_element_contained(layouts.out, clean.out, dirty.out, reference.out, group, containment);
   expect_element_contained(layouts.lse, clean.lse, dirty.lse, reference.lse, group, containment);
   if (!backward) return;
@@ -139,12 +153,12 @@ void expect_dense_contained(const Problem& p, const Poison& poison, const Runner
 
 void expect_forward_contained(const Problem& problem, const Poison& poison, const Runner& runner,
                               Containment containment) {
-  expect_dense_contained(problem, poison, runner, containment, false);
+  expect_attention_contained(problem, poison, runner, containment, false);
 }
 
 void expect_backward_contained(const Problem& problem, const Poison& poison,
                                const Runner& runner, Containment containment) {
-  expect_dense_contained(problem, poison, runner, containment, true);
+  expect_attention_contained(problem, poison, runner, containment, true);
 }
 
 void expect_kvcache_contained(const KVCacheProblem& p, const Poison& poison,

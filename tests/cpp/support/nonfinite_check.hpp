@@ -15,8 +15,9 @@ namespace fa_test {
 
 enum class Poisoned { kQ, kK, kV, kDout };
 
-// Element (batch, row, head, element) of q, k, v or dout ([batch, seqlen, heads, d]); for a
-// KV-cache problem, row is a cache position of batch entry `batch` (k and v are the caches).
+// Element (batch, row, head, element) of q, k, v or dout ([batch, seqlen, heads, d]; varlen:
+// row `row` of sequence `batch`); for a KV-cache problem, row is a cache position of batch
+// entry `batch` (k and v are the caches).
 struct Poison {
   Poisoned tensor = Poisoned::kV;
   int batch = 0;
@@ -34,7 +35,8 @@ enum class Containment {
 
 void expect_forward_contained(const Problem& problem, const Poison& poison, const Runner& runner,
                               Containment containment);
-// The runner's forward then its backward (out, lse, dq, dk, dv compared).
+// The runner's forward then its backward (out, lse, dq, dk, dv compared). Varlen problems
+// take Containment::kRows only.
 void expect_backward_contained(const Problem& problem, const Poison& poison,
                                const Runner& runner, Containment containment);
 // Poisoned q, k (cache) or v (cache); out and lse compared.
