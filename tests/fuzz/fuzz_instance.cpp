@@ -585,12 +585,16 @@ Instance materialize(const Case& c, flashattn::Backend backend) {
   for (const Mutation& m : c.mutations) {
     Tensor* t = in.slot(static_cast<Slot>(m.slot % kSlotCount));
     if (m.kind == MutationKind::kNull) t->data = nullptr;
+    // Only into a tensor whose elements lie in its buffer: an index tensor whose mutated
+    // strides span more than the fuzzer allocates is unbacked (a few bytes; validation alone
+    // sees it), and its element offsets point far outside them.
     if (m.kind == MutationKind::kContent && t->data != nullptr && t->dtype == DType::kI32 &&
         is_index(static_cast<Slot>(m.slot % kSlotCount))) {
+      const int64_t span = span_elements(*t);
       const std::vector<int64_t> offsets = element_offsets(*t);
-      if (!offsets.empty()) {
-        static_cast<int32_t*>(t->data)[offsets[m.dim % offsets.size()]] =
-            static_cast<int32_t>(m.value);
+      if (!offsets.empty() && span >= 0) {
+        const int64_t offset = offsets[m.dim % offsets.size()];
+        if (offset < span) static_cast<int32_t*>(t->data)[offset] = static_cast<int32_t>(m.value);
       }
     }
   }
