@@ -590,11 +590,10 @@ Instance materialize(const Case& c, flashattn::Backend backend) {
     // sees it), and its element offsets point far outside them.
     if (m.kind == MutationKind::kContent && t->data != nullptr && t->dtype == DType::kI32 &&
         is_index(static_cast<Slot>(m.slot % kSlotCount))) {
-      const int64_t span = span_elements(*t);
       const std::vector<int64_t> offsets = element_offsets(*t);
-      if (!offsets.empty() && span >= 0) {
-        const int64_t offset = offsets[m.dim % offsets.size()];
-        if (offset < span) static_cast<int32_t*>(t->data)[offset] = static_cast<int32_t>(m.value);
+      if (span_elements(*t) >= 0 && !offsets.empty()) {
+        static_cast<int32_t*>(t->data)[offsets[m.dim % offsets.size()]] =
+            static_cast<int32_t>(m.value);
       }
     }
   }

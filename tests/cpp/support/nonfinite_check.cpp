@@ -130,7 +130,7 @@ Outputs run(const Problem& p, const Inputs& in, const Runner& runner, bool backw
 }
 
 void expect_attention_contained(const Problem& p, const Poison& poison, const Runner& runner,
-                            Containment containment, bool backward) {
+                                Containment containment, bool backward) {
   ASSERT_TRUE(!p.varlen() || containment == Containment::kRows)
       << "varlen problems: the rows containment only";
   const Inputs clean_in = make_inputs(p);
