@@ -39,6 +39,28 @@ __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t pair) {
   }
 }
 
+// The two e4m3 values of the low (kHigh false) or the high half of `word` as a packed fp16
+// pair, exactly. From sm_89 the conversion reads the half in place, so the high half costs
+// no shift to bring it down.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t e4m3x2_half_to_half(uint32_t word) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t out;
+  if constexpr (kHigh) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(out)
+        : "r"(word));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(out)
+        : "r"(word));
+  }
+  return out;
+#else
+  return e4m3x2_to<__half>(static_cast<uint16_t>(kHigh ? word >> 16 : word & 0xFFFFu));
+#endif
+}
+
 // 16 e4m3 values (one staged chunk) as 16 values of T (two chunks of the converted tile).
 template <class T>
 __device__ __forceinline__ void e4m3x16_to(const uint4& in, uint4& lo, uint4& hi) {
@@ -46,8 +68,13 @@ __device__ __forceinline__ void e4m3x16_to(const uint4& in, uint4& lo, uint4& hi
   uint32_t out[8];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    out[2 * w] = e4m3x2_to<T>(static_cast<uint16_t>(words[w] & 0xFFFFu));
-    out[2 * w + 1] = e4m3x2_to<T>(static_cast<uint16_t>(words[w] >> 16));
+    if constexpr (std::is_same_v<T, __half>) {
+      out[2 * w] = e4m3x2_half_to_half<false>(words[w]);
+      out[2 * w + 1] = e4m3x2_half_to_half<true>(words[w]);
+    } else {
+      out[2 * w] = e4m3x2_to<T>(static_cast<uint16_t>(words[w] & 0xFFFFu));
+      out[2 * w + 1] = e4m3x2_to<T>(static_cast<uint16_t>(words[w] >> 16));
+    }
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);

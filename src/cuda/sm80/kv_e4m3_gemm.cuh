@@ -60,8 +60,8 @@ __device__ __forceinline__ int output_column(int j, int e, int lane) {
 
 // The two e4m3 values of the low and the high half of `word` as packed fp16 pairs.
 __device__ __forceinline__ void e4m3x4_to_half(uint32_t word, uint32_t& low, uint32_t& high) {
-  low = e4m3x2_to<__half>(static_cast<uint16_t>(word & 0xFFFFu));
-  high = e4m3x2_to<__half>(static_cast<uint16_t>(word >> 16));
+  low = e4m3x2_half_to_half<false>(word);
+  high = e4m3x2_half_to_half<true>(word);
 }
 
 // Byte offset of Q's A fragment for row tile m, k16 step c and lane l in the fragment array
