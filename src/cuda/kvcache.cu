@@ -50,8 +50,12 @@ struct KvPlan {
   uint64_t partial_lse_bytes = 0;
   uint64_t used_keys_bytes = 0;  // int32 [batch] seqused_k of the forward kernel
 
+  // An unpadded call's buffers also start at the workspace's first 256-byte boundary (the
+  // caller's workspace need not be aligned; the kernels read the staged q 16 bytes at a time).
   uint64_t workspace_bytes() const {
-    return padded_bytes + q_bytes + partial_out_bytes + partial_lse_bytes + used_keys_bytes;
+    const uint64_t buffers = q_bytes + partial_out_bytes + partial_lse_bytes + used_keys_bytes;
+    if (padded) return padded_bytes + buffers;
+    return buffers > 0 ? kAlign + buffers : 0;
   }
 };
 
@@ -88,6 +92,12 @@ Status run_kernel(const core::KVCacheParams& p, int head_dim, const sm80::KvLaun
 #undef FA_KV_E4M3_KERNEL
   return Status(StatusCode::kInternal,
                 "CUDA KV cache: no kernel for head dim " + std::to_string(head_dim));
+}
+
+// The workspace's first 256-byte boundary (nullptr stays nullptr).
+unsigned char* align_workspace(unsigned char* workspace) {
+  const uintptr_t misalignment = reinterpret_cast<uintptr_t>(workspace) % kAlign;
+  return workspace == nullptr ? nullptr : workspace + (kAlign - misalignment) % kAlign;
 }
 
 // The staged query: [batch, seqlen_q, nheads, head_dim] at the start of the workspace.
@@ -283,7 +293,7 @@ Status kvcache_decode(const core::KVCacheParams& params, void* workspace, cudaSt
   KvPlan plan;
   const Status chosen = current_plan(params, &plan);
   if (!chosen.ok()) return chosen;
-  return attend(params, plan, static_cast<unsigned char*>(workspace), stream);
+  return attend(params, plan, align_workspace(static_cast<unsigned char*>(workspace)), stream);
 }
 
 Status check_kvcache(const core::KVCacheParams& params, int device) {
@@ -319,9 +329,8 @@ Status forward_kvcache(const core::KVCacheParams& params, void* stream_ptr) {
   if (params.seqlen_q == 0 || params.nheads == 0) return Status::Ok();
 
   unsigned char* workspace = static_cast<unsigned char*>(params.workspace);
-  if (!plan.padded) return attend(params, plan, workspace, stream);
-  const uintptr_t misalignment = reinterpret_cast<uintptr_t>(workspace) % kAlign;
-  unsigned char* copies = workspace + (kAlign - misalignment) % kAlign;
+  if (!plan.padded) return attend(params, plan, align_workspace(workspace), stream);
+  unsigned char* copies = align_workspace(workspace);
   const core::KVCacheParams padded = kvcache_padded_params(params, copies);
   const Status copied = pad_kvcache_inputs(params, padded, stream);
   if (!copied.ok()) return copied;

@@ -108,16 +108,25 @@ __global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int
   if (b < batch) used_keys[b] = cache_seqlens[b] + appended;
 }
 
-// One block per (b, h, i) row: the splits' lse merged by a tree of core::log_add_exp, their
-// weights exp(lse_s - lse) (core::merge_weight) in shared memory, then each thread sums its
-// columns over the splits, the loads of several splits in flight at once.
-template <class T>
+// One block per (b, h, i) row. Warp w sums the splits w, w + 4, ... of the row, kVec
+// columns per lane and load; the loads of its first kPrefetch splits are issued before the
+// splits' lse are merged, so that the row's partials and lse arrive in one round trip. Every
+// warp loads all the lse (lane l: splits l, l + 32, ...) and merges them by a butterfly of
+// core::log_add_exp (symmetric, so every lane ends with the same total); a split's weight
+// exp(lse_s - lse) (core::merge_weight) comes from the lane holding its lse. The warps' sums
+// meet in shared memory.
+template <class T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,
                    const float* partial_out, const float* partial_lse) {
-  static_assert(kMaxKvSplits <= kThreads, "one thread per split");
-  __shared__ float merged[kThreads];
-  __shared__ float weight[kThreads];
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kMaxKvSplits % 32 == 0, "whole lse slots per lane");
+  constexpr int kLseSlots = kMaxKvSplits / 32;  // per lane
+  constexpr int kPrefetch = 8;                  // splits per warp whose loads are in flight
+  constexpr int kMaxHeadDim = 256;
+  constexpr int kPasses = kMaxHeadDim / (32 * kVec);  // column passes of a warp, at most
+  using Vec = std::conditional_t<kVec == 4, float4, float>;
+  __shared__ float sums[kWarps][kMaxHeadDim];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A dependent launch starts before the attention kernel ends: wait for its partials (a
   // no-op when launched the ordinary way).
@@ -125,31 +134,103 @@ __global__ void __launch_bounds__(kThreads)
 #endif
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
   const int64_t row = blockIdx.x;
-  const int t = threadIdx.x;
-  const float part_lse = t < num_splits ? partial_lse[t * rows + row] : -INFINITY;
-  merged[t] = part_lse;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (t < stride) merged[t] = core::log_add_exp(merged[t], merged[t + stride]);
-    __syncthreads();
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int head_dim = p.head_dim;
+  const int64_t split_stride = rows * head_dim;
+  const float* part = partial_out + row * head_dim;
+  auto load = [&](int s, int c) -> Vec {
+    return *reinterpret_cast<const Vec*>(part + s * split_stride + c);
+  };
+
+  // This warp's first kPrefetch splits, every column pass, in flight with the lse loads.
+  Vec first[kPrefetch][kPasses];
+#pragma unroll
+  for (int k = 0; k < kPrefetch; ++k) {
+    const int s = warp + kWarps * k;
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const int c = kVec * (lane + 32 * j);
+      if (s < num_splits && c < head_dim) first[k][j] = load(s, c);
+    }
   }
-  const float total = merged[0];
-  weight[t] = core::merge_weight(part_lse, total);
+  float lse[kLseSlots];
+  float total = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kLseSlots; ++i) {
+    const int s = lane + 32 * i;
+    lse[i] = s < num_splits ? partial_lse[s * rows + row] : -INFINITY;
+    total = core::log_add_exp(total, lse[i]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    total = core::log_add_exp(total, __shfl_xor_sync(0xffffffffu, total, offset));
+  }
+  // Split s's weight, from lane s % 32 (s is the same in every lane).
+  auto weight = [&](int s) {
+    const int slot = s / 32;
+    float l = lse[0];
+#pragma unroll
+    for (int i = 1; i < kLseSlots; ++i) l = slot == i ? lse[i] : l;
+    return core::merge_weight(__shfl_sync(0xffffffffu, l, s % 32), total);
+  };
+
+  float acc[kPasses][kVec];
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[j][e] = 0.f;
+  }
+  auto add = [&](float w, const Vec& v, int j) {
+    if constexpr (kVec == 4) {
+      acc[j][0] += w * v.x;
+      acc[j][1] += w * v.y;
+      acc[j][2] += w * v.z;
+      acc[j][3] += w * v.w;
+    } else {
+      acc[j][0] += w * v;
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kPrefetch; ++k) {
+    const int s = warp + kWarps * k;
+    if (s >= num_splits) break;
+    const float w = weight(s);
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      if (kVec * (lane + 32 * j) < head_dim) add(w, first[k][j], j);
+    }
+  }
+  // Splits past the prefetched ones (more than kWarps * kPrefetch splits).
+  for (int s = warp + kWarps * kPrefetch; s < num_splits; s += kWarps) {
+    const float w = weight(s);
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const int c = kVec * (lane + 32 * j);
+      if (c < head_dim) add(w, load(s, c), j);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const int c = kVec * (lane + 32 * j) + e;
+      if (c < head_dim) sums[warp][c] = acc[j][e];
+    }
+  }
   __syncthreads();
 
   const int i = static_cast<int>(row % p.seqlen_q);
   const int h = static_cast<int>((row / p.seqlen_q) % p.nheads);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.nheads));
   T* out = static_cast<T*>(p.out.ptr) + core::element_offset(p.out, b, i, h);
-  const float* part = partial_out + row * p.head_dim;
-  const int64_t split_stride = rows * p.head_dim;
-  for (int c = t; c < p.head_dim; c += kThreads) {
-    float acc = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < num_splits; ++s) acc += weight[s] * part[s * split_stride + c];
-    out[c] = static_cast<T>(acc);
+  for (int c = static_cast<int>(threadIdx.x); c < head_dim; c += kThreads) {
+    float sum = sums[0][c];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += sums[w][c];
+    out[c] = static_cast<T>(sum);
   }
-  if (p.lse != nullptr && t == 0) {
+  if (p.lse != nullptr && threadIdx.x == 0) {
     p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = total;
   }
 }
@@ -208,8 +289,13 @@ Status launch_combine(const core::KVCacheParams& p, int num_splits, const float*
     config.stream = stream;
     config.attrs = &overlap;
     config.numAttrs = dependent ? 1 : 0;
+    // Four columns per load where every row of the partials is 16-byte aligned (the caller's
+    // workspace need not be).
+    const bool rows_aligned =
+        p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(partial_out) % 16 == 0;
+    auto kernel = rows_aligned ? combine_kernel<T, 4> : combine_kernel<T, 1>;
     return cuda_status(
-        cudaLaunchKernelEx(&config, combine_kernel<T>, p, num_splits, partial_out, partial_lse),
+        cudaLaunchKernelEx(&config, kernel, p, num_splits, partial_out, partial_lse),
         "launching the split-KV combine kernel");
   });
 }

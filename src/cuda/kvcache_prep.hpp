@@ -15,7 +15,7 @@
 
 namespace flashattn::cuda {
 
-// The most splits a call uses (the combine kernel gives each its own thread).
+// The most splits a call uses (each lane of the combine kernel holds a quarter of their lse).
 inline constexpr int kMaxKvSplits = 128;
 
 Status launch_append(const core::KVCacheParams& params, cudaStream_t stream);

@@ -224,9 +224,11 @@ Status run_on_device(const Args& host_args, Call call) {
   size_t workspace_bytes = 0;
   const Status sized = flashattn::workspace_size(args, Backend::kCuda, &workspace_bytes);
   DeviceBytes workspace;
-  // The backward gets a workspace 4 bytes past an allocation's start: it must not rely on
-  // the caller's alignment (its kernels use 16-byte atomics and loads there).
-  constexpr bool kMisaligned = std::is_same_v<Args, flashattn::BackwardArgs>;
+  // The backward and the KV-cache call get a workspace 4 bytes past an allocation's start:
+  // they must not rely on the caller's alignment (their kernels use 16-byte atomics and
+  // loads there: the backward's accumulators, the staged q and the split partials).
+  constexpr bool kMisaligned = std::is_same_v<Args, flashattn::BackwardArgs> ||
+                               std::is_same_v<Args, flashattn::KVCacheArgs>;
   const size_t offset = kMisaligned ? 4 : 0;
   if (sized.ok() && workspace_bytes > 0) {
     FA_RETURN_IF_ERROR(workspace.allocate(workspace_bytes + offset));

@@ -335,12 +335,13 @@ TEST_P(CudaKVCache, WorkspaceOnlyForThePaddedPath) {
 }
 
 TEST_P(CudaKVCache, SplitKvAgainstTheReference) {
-  for (int splits : {0, 1, 2, 3, 7, 64}) {
+  // 100 splits of 8000 keys: more than the combine's warps load ahead (32).
+  for (int splits : {0, 1, 2, 3, 7, 64, 100}) {
     KVCacheProblem p = problem(128);
     p.batch = 1;
     p.nheads = 2;
     p.nheads_k = 1;
-    p.seqlen_cache = 2000;
+    p.seqlen_cache = splits == 100 ? 8000 : 2000;
     p.seqlen_new = 2;
     p.seqlen_q = 2;
     p.num_splits = splits;
