@@ -4,11 +4,12 @@
 #include <cstdint>
 
 #include "core/numeric.hpp"
+#include "core/params.hpp"
 
 namespace flashattn::api {
 namespace {
 
-constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxHeadDim = core::kMaxHeadDim;
 
 // The leading dimensions of a query-side or key-side operand.
 Shape leading(const Sizes& s, bool query_side) {

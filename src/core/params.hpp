@@ -11,6 +11,9 @@ namespace flashattn::core {
 
 enum class ElementType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
 
+// The largest head dim, d and d_v (docs/contract.md: 1..256; the API refuses larger).
+inline constexpr int kMaxHeadDim = 256;
+
 // A [batch, rows, heads, dim] operand (q, k, v, out and their gradients). For varlen
 // inputs `batch_stride` is unused: sequence b starts at row cu_seqlens[b].
 struct Operand {

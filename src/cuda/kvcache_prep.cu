@@ -108,14 +108,14 @@ __global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int
   if (b < batch) used_keys[b] = cache_seqlens[b] + appended;
 }
 
-// One block per (b, h, i) row. Warp w sums the splits w, w + 4, ... of the row, kVec
-// columns per lane and load; the loads of its first kPrefetch splits are issued before the
+// One block per (b, h, i) row. Warp w sums the splits w, w + 4, ... of the row, four
+// columns per lane and 16-byte load (launch_combine checks the alignment); the loads of its first kPrefetch splits are issued before the
 // splits' lse are merged, so that the row's partials and lse arrive in one round trip. Every
 // warp loads all the lse (lane l: splits l, l + 32, ...) and merges them by a butterfly of
 // core::log_add_exp (symmetric, so every lane ends with the same total); a split's weight
 // exp(lse_s - lse) (core::merge_weight) comes from the lane holding its lse. The warps' sums
 // meet in shared memory.
-template <class T, int kVec>
+template <class T>
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,
                    const float* partial_out, const float* partial_lse) {
@@ -123,10 +123,9 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kMaxKvSplits % 32 == 0, "whole lse slots per lane");
   constexpr int kLseSlots = kMaxKvSplits / 32;  // per lane
   constexpr int kPrefetch = 8;                  // splits per warp whose loads are in flight
-  constexpr int kMaxHeadDim = 256;
-  constexpr int kPasses = kMaxHeadDim / (32 * kVec);  // column passes of a warp, at most
-  using Vec = std::conditional_t<kVec == 4, float4, float>;
-  __shared__ float sums[kWarps][kMaxHeadDim];
+  constexpr int kVec = 4;
+  constexpr int kPasses = core::kMaxHeadDim / (32 * kVec);  // column passes of a warp, at most
+  __shared__ float sums[kWarps][core::kMaxHeadDim];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A dependent launch starts before the attention kernel ends: wait for its partials (a
   // no-op when launched the ordinary way).
@@ -139,12 +138,12 @@ __global__ void __launch_bounds__(kThreads)
   const int head_dim = p.head_dim;
   const int64_t split_stride = rows * head_dim;
   const float* part = partial_out + row * head_dim;
-  auto load = [&](int s, int c) -> Vec {
-    return *reinterpret_cast<const Vec*>(part + s * split_stride + c);
+  auto load = [&](int s, int c) -> float4 {
+    return *reinterpret_cast<const float4*>(part + s * split_stride + c);
   };
 
   // This warp's first kPrefetch splits, every column pass, in flight with the lse loads.
-  Vec first[kPrefetch][kPasses];
+  float4 first[kPrefetch][kPasses];
 #pragma unroll
   for (int k = 0; k < kPrefetch; ++k) {
     const int s = warp + kWarps * k;
@@ -181,15 +180,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[j][e] = 0.f;
   }
-  auto add = [&](float w, const Vec& v, int j) {
-    if constexpr (kVec == 4) {
-      acc[j][0] += w * v.x;
-      acc[j][1] += w * v.y;
-      acc[j][2] += w * v.z;
-      acc[j][3] += w * v.w;
-    } else {
-      acc[j][0] += w * v;
-    }
+  auto add = [&](float w, const float4& v, int j) {
+    acc[j][0] += w * v.x;
+    acc[j][1] += w * v.y;
+    acc[j][2] += w * v.z;
+    acc[j][3] += w * v.w;
   };
 #pragma unroll
   for (int k = 0; k < kPrefetch; ++k) {
@@ -278,6 +273,11 @@ Status launch_combine(const core::KVCacheParams& p, int num_splits, const float*
                       const float* partial_lse, bool dependent, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q;
   if (rows == 0) return Status::Ok();
+  // The kernel loads four columns at a time: rows of whole 16-byte chunks (the kernels' head
+  // dims are) in a workspace buffer at a 256-byte boundary (kvcache.cu).
+  if (p.head_dim % 4 != 0 || reinterpret_cast<uintptr_t>(partial_out) % 16 != 0) {
+    return Status(StatusCode::kInternal, "split-KV combine: partials not in 16-byte rows");
+  }
   return by_dtype(p, [&](auto zero) {
     using T = decltype(zero);
     cudaLaunchAttribute overlap;
@@ -289,13 +289,8 @@ Status launch_combine(const core::KVCacheParams& p, int num_splits, const float*
     config.stream = stream;
     config.attrs = &overlap;
     config.numAttrs = dependent ? 1 : 0;
-    // Four columns per load where every row of the partials is 16-byte aligned (the caller's
-    // workspace need not be).
-    const bool rows_aligned =
-        p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(partial_out) % 16 == 0;
-    auto kernel = rows_aligned ? combine_kernel<T, 4> : combine_kernel<T, 1>;
     return cuda_status(
-        cudaLaunchKernelEx(&config, kernel, p, num_splits, partial_out, partial_lse),
+        cudaLaunchKernelEx(&config, combine_kernel<T>, p, num_splits, partial_out, partial_lse),
         "launching the split-KV combine kernel");
   });
 }

@@ -13,7 +13,7 @@
 
 namespace flashattn::cpu::tiled {
 
-constexpr int kMaxHeadDim = 256;  // docs/contract.md: d and d_v in 1..256
+using core::kMaxHeadDim;
 
 using core::element_offset;
 using core::lse_offset;
