@@ -223,6 +223,20 @@ constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
   }
 }
 
+// Of each row's weights, every poly_every-th (0: none) is computed by a polynomial on the FMA
+// pipe (prim/math.cuh's exp2_poly, of `degree`) instead of the MUFU's ex2. Only the FP8 kernel
+// at d = 64, whose products are the shortest per weight, gains (bench/RESULTS.md: the sweep
+// over both kernels, where every other shape lost as much as the instructions it added); a
+// 16-bit kernel would also need degree 4 to keep its lse within the tests' bound.
+struct FwdSm90Exp2Split {
+  int poly_every;
+  int degree;
+};
+
+constexpr FwdSm90Exp2Split fwd_sm90_exp2_split(bool fp8, int head_dim) {
+  return fp8 && head_dim == 64 ? FwdSm90Exp2Split{8, 3} : FwdSm90Exp2Split{0, 3};
+}
+
 constexpr int fwd_sm90_fp8_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
   const int qk_cols = fwd_sm90_round_up(head_dim, 128);
   const int v_cols = fwd_sm90_round_up(head_dim_v, 128);

@@ -48,9 +48,14 @@ struct RowSoftmax {
   // rescale() applies once O is complete. log2_offset scales every weight (and so the sums) by
   // 2^log2_offset: a kernel that rounds the weights to a narrow type (e4m3) moves them into its
   // range that way, and takes log2_offset * ln 2 off the lse that finish() returns.
-  template <int NT>
+  //
+  // kPolyEvery > 0: every kPolyEvery-th weight of a row is computed by exp2_poly<kPolyDegree>
+  // (FMA and ALU pipes) instead of the MUFU's ex2, for kernels whose softmax is bound by the
+  // MUFU's rate (forward_tuning.hpp says which).
+  template <int kPolyEvery = 0, int kPolyDegree = 3, int NT>
   __device__ __forceinline__ void fold_block(float (&s)[MT][NT][4], float log2_unit,
                                              float (&factor)[MT][2], float log2_offset = 0.f) {
+    constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -71,7 +76,10 @@ struct RowSoftmax {
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = prim::thread::exp2_approx(fmaf(s[m][j][2 * h + e], log2_unit, -shift));
+            const float x = fmaf(s[m][j][2 * h + e], log2_unit, -shift);
+            const bool poly = kPolyEvery > 0 && (2 * j + e) % kEvery == kEvery - 1;
+            const float p = poly ? prim::thread::exp2_poly<kPolyDegree>(x)
+                                 : prim::thread::exp2_approx(x);
             s[m][j][2 * h + e] = p;
             row_sum += p;
           }

@@ -26,7 +26,9 @@
 // head) (`scores`, with_key_descale()). P is rounded to e4m3 from the S registers as they lie, the
 // transposed V holding its keys in the matching order (fp8_key_at); the weights are scaled by
 // 2^kPLog2Offset first so that they use e4m3's range rather than its subnormals (the epilogue
-// takes the factor off the lse; out's normalization cancels it).
+// takes the factor off the lse; out's normalization cancels it). Where the tuning table says
+// (fwd_sm90_exp2_split: FP8 at d = 64), a share of the weights is computed on the FMA pipe
+// rather than the MUFU.
 //
 // Dropout (kDropout; the instantiation without it carries no dropout code): once a block's
 // weights are folded into the softmax (so the row sums and lse are those of the undropped
@@ -87,6 +89,7 @@ struct FwdMainloop {
   static constexpr int kHeadDimV = Shape::kHeadDimV;
   static constexpr int kPSteps = kBlockN / Shape::kStepK;  // K steps of P V
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;  // weights up to 256 < 448
+  static constexpr FwdSm90Exp2Split kExp2 = fwd_sm90_exp2_split(kFp8, kHeadDim);
   using Storage = FwdStorage<Shape>;
   using Ring = RingPosition<Shape::kStages>;
   using QRows = WgmmaOperand<typename Shape::QTile, Major::kK>;  // A of S: queries x head dim
@@ -188,7 +191,8 @@ struct FwdMainloop {
         alibi_raw[0] != 0.f || (!kOneHead && alibi_raw[1] != 0.f), mask,
         n * kBlockN + 2 * (lane % 4), [&](int, int half) { return w.query_of(row + 8 * half); },
         [&](int, int half) { return alibi_raw[kOneHead ? 0 : half]; });
-    softmax.fold_block(as_row_tiles(s), scores.log2_unit, factor, kPLog2Offset);
+    softmax.template fold_block<kExp2.poly_every, kExp2.degree>(
+        as_row_tiles(s), scores.log2_unit, factor, kPLog2Offset);
   }
 
   // Two weights to e4m3 (round to nearest, saturating), a in the low byte.
