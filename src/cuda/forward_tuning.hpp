@@ -237,6 +237,17 @@ constexpr FwdSm90Exp2Split fwd_sm90_exp2_split(bool fp8, int head_dim) {
   return fp8 && head_dim == 64 ? FwdSm90Exp2Split{8, 3} : FwdSm90Exp2Split{0, 3};
 }
 
+// Lazy rescaling of O (online_softmax.cuh's fold_block kSlack): a row keeps the maximum it
+// last rescaled to until a block's maximum exceeds it by more than kSlack in the log2 domain,
+// so most blocks skip the head_dim_v / 2 multiplies per thread that rescale O. Measured faster
+// at d = 128 and 256 (16-bit, slack 8: weights up to 256, which bf16 and fp16 hold), slower at
+// d = 64 and in the FP8 kernel (slack 0; its e4m3 weights have no room above their offset), so
+// those rescale every block (-1). d = 192 (96 O registers) takes the slack as d = 128 and 256
+// do, d = 96 (48) rescales as d = 64 does (bench/RESULTS.md).
+constexpr int fwd_sm90_rescale_slack(bool fp8, int head_dim) {
+  return !fp8 && head_dim >= 128 ? 8 : -1;
+}
+
 constexpr int fwd_sm90_fp8_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
   const int qk_cols = fwd_sm90_round_up(head_dim, 128);
   const int v_cols = fwd_sm90_round_up(head_dim_v, 128);

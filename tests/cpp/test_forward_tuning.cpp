@@ -74,6 +74,20 @@ TEST(ForwardTuning, PolynomialExp2OnlyForFp8AtHeadDim64) {
   }
 }
 
+// Lazy rescaling only in the 16-bit kernels from d = 128, with a slack whose largest weight
+// (2^slack) bf16 and fp16 both hold; the FP8 kernel and d <= 96 rescale every block.
+TEST(ForwardTuning, LazyRescalingFrom128InSixteenBits) {
+  using flashattn::cuda::fwd_sm90_rescale_slack;
+  for (int d : flashattn::cuda::kFwdSm90HeadDims) {
+    const int slack = fwd_sm90_rescale_slack(false, d);
+    EXPECT_EQ(slack, d >= 128 ? 8 : -1) << "d = " << d;
+    EXPECT_LT(slack, 16) << "2^slack must stay finite in fp16";
+  }
+  for (int d : flashattn::cuda::kFwdSm90Fp8HeadDims) {
+    EXPECT_EQ(fwd_sm90_rescale_slack(true, d), -1) << "d = " << d;
+  }
+}
+
 TEST(ForwardTuning, PackedGqaForShortQueries) {
   EXPECT_TRUE(fwd_sm90_pack_gqa(32, 8, 16, 128));   // 16 queries x 4 heads fill half a tile
   EXPECT_TRUE(fwd_sm90_pack_gqa(32, 8, 1, 128));

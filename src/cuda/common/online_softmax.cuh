@@ -52,26 +52,50 @@ struct RowSoftmax {
   // kPolyEvery > 0: every kPolyEvery-th weight of a row is computed by exp2_poly<kPolyDegree>
   // (FMA and ALU pipes) instead of the MUFU's ex2, for kernels whose softmax is bound by the
   // MUFU's rate (forward_tuning.hpp says which).
-  template <int kPolyEvery = 0, int kPolyDegree = 3, int NT>
-  __device__ __forceinline__ void fold_block(float (&s)[MT][NT][4], float log2_unit,
+  //
+  // kSlack >= 0 (lazy rescaling, the whole warp calls it): a row keeps the maximum it was last
+  // rescaled to (max[][]) while no row of the warp sees a block maximum more than kSlack above
+  // its own in the log2 domain, so its weights stay below 2^kSlack (times 2^log2_offset); then
+  // the factors are all 1 and fold_block returns false: O need not be rescaled. The vote is per
+  // warp so that the skip is a uniform branch. kSlack < 0: every block rescales (returns true).
+  template <int kPolyEvery = 0, int kPolyDegree = 3, int kSlack = -1, int NT>
+  __device__ __forceinline__ bool fold_block(float (&s)[MT][NT][4], float log2_unit,
                                              float (&factor)[MT][2], float log2_offset = 0.f) {
     constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;
+    float block_max[MT][2];
+    bool move = kSlack < 0;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float block_max = max[m][h];
+        float bm = max[m][h];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          block_max = fmaxf(block_max, fmaxf(s[m][j][2 * h], s[m][j][2 * h + 1]));
+          bm = fmaxf(bm, fmaxf(s[m][j][2 * h], s[m][j][2 * h + 1]));
         }
-        block_max = prim::quad::max(block_max);
-        const bool none = block_max == -CUDART_INF_F;
-        const float shift = (none ? 0.f : block_max * log2_unit) - log2_offset;
-        factor[m][h] =
-            none ? 0.f : prim::thread::exp2_approx((max[m][h] - block_max) * log2_unit);
-        max[m][h] = block_max;
-        float row_sum = sum[m][h] * factor[m][h];
+        block_max[m][h] = prim::quad::max(bm);
+        if constexpr (kSlack >= 0) {
+          move |= (block_max[m][h] - max[m][h]) * log2_unit > static_cast<float>(kSlack);
+        }
+      }
+    }
+    if constexpr (kSlack >= 0) move = __any_sync(0xffffffffu, move);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float row_sum = sum[m][h];
+        if (move) {
+          const bool none = block_max[m][h] == -CUDART_INF_F;
+          factor[m][h] =
+              none ? 0.f : prim::thread::exp2_approx((max[m][h] - block_max[m][h]) * log2_unit);
+          max[m][h] = block_max[m][h];
+          row_sum *= factor[m][h];
+        } else {
+          factor[m][h] = 1.f;
+        }
+        const float shift =
+            (max[m][h] == -CUDART_INF_F ? 0.f : max[m][h] * log2_unit) - log2_offset;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -87,6 +111,7 @@ struct RowSoftmax {
         sum[m][h] = row_sum;
       }
     }
+    return move;
   }
 
   template <int DT>

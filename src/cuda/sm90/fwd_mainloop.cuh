@@ -7,7 +7,9 @@
 //   O += P[n+1] V[n+1]    wgmma with P (the previous block's weights, 16-bit) as the register
 //                         A operand and V from shared memory (MN-major)
 //   softcap / ALiBi / mask and the online softmax of S[n], while the tensor cores run P V
-//   O *= the rescale factor of block n, once P V is complete; P[n] = S[n] packed
+//   O *= the rescale factor of block n, once P V is complete (where the tuning table makes the
+//        rescaling lazy, only when some row of the warp moved its maximum far enough);
+//        P[n] = S[n] packed
 // so the softmax of one block overlaps the P V product of the one before (inside the
 // warpgroup), and the warpgroups take turns issuing their products (named barriers, one per
 // warpgroup, passed round), so one warpgroup's softmax also overlaps the others' products.
@@ -90,6 +92,7 @@ struct FwdMainloop {
   static constexpr int kPSteps = kBlockN / Shape::kStepK;  // K steps of P V
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;  // weights up to 256 < 448
   static constexpr FwdSm90Exp2Split kExp2 = fwd_sm90_exp2_split(kFp8, kHeadDim);
+  static constexpr int kRescaleSlack = fwd_sm90_rescale_slack(kFp8, kHeadDimV);
   using Storage = FwdStorage<Shape>;
   using Ring = RingPosition<Shape::kStages>;
   using QRows = WgmmaOperand<typename Shape::QTile, Major::kK>;  // A of S: queries x head dim
@@ -181,7 +184,7 @@ struct FwdMainloop {
   // S of key block n, softcapped, biased and (Masked) masked, folded into the softmax; the
   // factor the rows of O must be scaled by.
   template <class Masked>
-  __device__ __forceinline__ void fold(Masked masked, const FwdTileWork& w,
+  __device__ __forceinline__ bool fold(Masked masked, const FwdTileWork& w,
                                        const VisibilityMask& mask, const float (&alibi_raw)[2],
                                        float (&s)[kBlockN / 2], int n, float (&factor)[1][2]) {
     const int row = thread_row();
@@ -191,7 +194,7 @@ struct FwdMainloop {
         alibi_raw[0] != 0.f || (!kOneHead && alibi_raw[1] != 0.f), mask,
         n * kBlockN + 2 * (lane % 4), [&](int, int half) { return w.query_of(row + 8 * half); },
         [&](int, int half) { return alibi_raw[kOneHead ? 0 : half]; });
-    softmax.template fold_block<kExp2.poly_every, kExp2.degree>(
+    return softmax.template fold_block<kExp2.poly_every, kExp2.degree, kRescaleSlack>(
         as_row_tiles(s), scores.log2_unit, factor, kPLog2Offset);
   }
 
@@ -320,11 +323,11 @@ struct FwdMainloop {
       warpgroup::wait_group<1>();
       warpgroup::fence_operands(s);
       release(smem.bar.k_empty[kv.slot]);
-      fold(masked, w, mask, alibi_raw, s, n, factor);
+      const bool rescale_o = fold(masked, w, mask, alibi_raw, s, n, factor);
       warpgroup::wait_group<0>();
       warpgroup::fence_operands(o);
       release(smem.bar.v_empty[v_at.slot]);
-      RowSoftmax<1>::rescale(as_row_tiles(o), factor);
+      if (rescale_o) RowSoftmax<1>::rescale(as_row_tiles(o), factor);
       pack(s, p);
       drop(w, p, n);
       v_at = kv;
