@@ -182,7 +182,8 @@ struct FwdMainloop {
   }
 
   // S of key block n, softcapped, biased and (Masked) masked, folded into the softmax; the
-  // factor the rows of O must be scaled by.
+  // factor the rows of O must be scaled by, and whether O must be scaled at all (false only
+  // where the rescaling is lazy and no row of the warp moved its maximum far enough).
   template <class Masked>
   __device__ __forceinline__ bool fold(Masked masked, const FwdTileWork& w,
                                        const VisibilityMask& mask, const float (&alibi_raw)[2],

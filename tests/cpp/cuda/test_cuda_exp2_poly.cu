@@ -25,14 +25,26 @@ __global__ void exp2_poly_kernel(const float* x, float* poly, float* mufu, int n
   }
 }
 
-void check(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+::testing::AssertionResult ok(cudaError_t e) {
+  if (e == cudaSuccess) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << cudaGetErrorString(e);
+}
+
+// A device buffer of floats, freed on every way out of the test.
+struct DeviceFloats {
+  float* ptr = nullptr;
+  ~DeviceFloats() { cudaFree(ptr); }
+};
 
 // The inputs: a dense grid over [-140, 10] (every softmax argument is <= the e4m3 kernel's
 // offset of 8), the points around the integers where the rounding of x switches, and the
 // special values.
 std::vector<float> inputs() {
   std::vector<float> x;
-  for (int i = 0; i <= 1500000; ++i) x.push_back(-140.f + 150.f * static_cast<float>(i) / 1500000.f);
+  constexpr int kSteps = 1500000;
+  for (int i = 0; i <= kSteps; ++i) {
+    x.push_back(-140.f + 150.f * static_cast<float>(i) / static_cast<float>(kSteps));
+  }
   for (int j = -130; j <= 10; ++j) {
     for (float d : {-0.5f, 0.5f}) {
       const float at = static_cast<float>(j) + d;
@@ -53,19 +65,17 @@ template <int kDegree>
 void run_degree(double bound) {
   const std::vector<float> x = inputs();
   const int n = static_cast<int>(x.size());
-  float *dx = nullptr, *dp = nullptr, *dm = nullptr;
-  check(cudaMalloc(&dx, n * sizeof(float)));
-  check(cudaMalloc(&dp, n * sizeof(float)));
-  check(cudaMalloc(&dm, n * sizeof(float)));
-  check(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  exp2_poly_kernel<kDegree><<<(n + 255) / 256, 256>>>(dx, dp, dm, n);
-  check(cudaGetLastError());
+  const size_t bytes = x.size() * sizeof(float);
+  DeviceFloats dx, dp, dm;
+  ASSERT_TRUE(ok(cudaMalloc(&dx.ptr, bytes)));
+  ASSERT_TRUE(ok(cudaMalloc(&dp.ptr, bytes)));
+  ASSERT_TRUE(ok(cudaMalloc(&dm.ptr, bytes)));
+  ASSERT_TRUE(ok(cudaMemcpy(dx.ptr, x.data(), bytes, cudaMemcpyHostToDevice)));
+  exp2_poly_kernel<kDegree><<<(n + 255) / 256, 256>>>(dx.ptr, dp.ptr, dm.ptr, n);
+  ASSERT_TRUE(ok(cudaGetLastError()));
   std::vector<float> poly(n), mufu(n);
-  check(cudaMemcpy(poly.data(), dp, n * sizeof(float), cudaMemcpyDeviceToHost));
-  check(cudaMemcpy(mufu.data(), dm, n * sizeof(float), cudaMemcpyDeviceToHost));
-  cudaFree(dx);
-  cudaFree(dp);
-  cudaFree(dm);
+  ASSERT_TRUE(ok(cudaMemcpy(poly.data(), dp.ptr, bytes, cudaMemcpyDeviceToHost)));
+  ASSERT_TRUE(ok(cudaMemcpy(mufu.data(), dm.ptr, bytes, cudaMemcpyDeviceToHost)));
 
   double worst = 0.0;
   float worst_x = 0.f;
@@ -77,7 +87,9 @@ void run_degree(double bound) {
       continue;
     }
     if (xi <= -127.f) {  // the MUFU flushes these to 0; so must the polynomial
-      if (poly[i] != 0.f && ++failures <= 5) ADD_FAILURE() << "exp2_poly(" << xi << ") = " << poly[i];
+      if (poly[i] != 0.f && ++failures <= 5) {
+        ADD_FAILURE() << "exp2_poly(" << xi << ") = " << poly[i];
+      }
       EXPECT_EQ(mufu[i], 0.f);
       continue;
     }
@@ -101,20 +113,11 @@ void run_degree(double bound) {
   EXPECT_GE(worst, bound / 3) << "degree " << kDegree << ": the bound is too loose";
 }
 
-TEST(CudaExp2Poly, Degree3) {
-  if (!flashattn::cuda_available()) GTEST_SKIP() << "no CUDA device is visible";
-  run_degree<3>(8e-5);
-}
+using CudaExp2Poly = CudaTest;
 
-TEST(CudaExp2Poly, Degree4) {
-  if (!flashattn::cuda_available()) GTEST_SKIP() << "no CUDA device is visible";
-  run_degree<4>(3e-6);
-}
-
-TEST(CudaExp2Poly, Degree5) {
-  if (!flashattn::cuda_available()) GTEST_SKIP() << "no CUDA device is visible";
-  run_degree<5>(4e-7);
-}
+TEST_F(CudaExp2Poly, Degree3) { run_degree<3>(8e-5); }
+TEST_F(CudaExp2Poly, Degree4) { run_degree<4>(3e-6); }
+TEST_F(CudaExp2Poly, Degree5) { run_degree<5>(4e-7); }
 
 }  // namespace
 }  // namespace fa_cuda_test
