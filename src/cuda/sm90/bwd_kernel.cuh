@@ -295,6 +295,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 
     const uint64_t do_cols_desc = QCols::descriptor(do_buf + q_cols_offset);
     const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
+    // The key split's last pass's dS^T fragments: its dK product is issued after dQ's, so that
+    // the dQ stash is stored while dK multiplies.
+    uint32_t last_dst[kMSteps][4];
+    constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
 #pragma unroll
     for (int part = 0; part < S::kSdpParts; ++part) {
       // S^T and dP^T of this warpgroup's share: queries [query0, query0 + kSdpQueries).
@@ -410,16 +414,23 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         wg::fence_operands(dv);
         wg::fence_operands(dk);
         wg::fence();
-        constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
 #pragma unroll
         for (int ks = 0; ks < kMSteps; ++ks) {
           wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks],
                                           QCols::advance(do_cols_desc, kFirst * part + ks), true);
         }
+        if (part + 1 < S::kSdpParts) {
 #pragma unroll
-        for (int ks = 0; ks < kMSteps; ++ks) {
-          wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks],
-                                          QCols::advance(q_cols_desc, kFirst * part + ks), true);
+          for (int ks = 0; ks < kMSteps; ++ks) {
+            wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks],
+                                            QCols::advance(q_cols_desc, kFirst * part + ks), true);
+          }
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < kMSteps; ++ks) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) last_dst[ks][r] = dst[ks][r];
+          }
         }
         wg::commit_group();
       }
@@ -455,10 +466,22 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                                             KCols::advance(k_cols_desc, ks), ks > 0);
     }
     wg::commit_group();
-    wg::wait_group<0>();
+    if constexpr (S::kKeySplit) {
+      // dK of the last pass behind dQ: the wait below leaves it multiplying while dQ is added
+      // or stashed (the step's last wait, at its end, completes it).
+#pragma unroll
+      for (int ks = 0; ks < kMSteps; ++ks) {
+        wg::mma_rs<S::kKvCols, T, true>(
+            dk, last_dst[ks], QCols::advance(q_cols_desc, kFirst * (S::kSdpParts - 1) + ks), true);
+      }
+      wg::commit_group();
+      wg::wait_group<1>();
+    } else {
+      wg::wait_group<0>();
+      wg::fence_operands(dv);
+      wg::fence_operands(dk);
+    }
     wg::fence_operands(dq);
-    wg::fence_operands(dv);
-    wg::fence_operands(dk);
 
     if constexpr (S::kDqWriter) {
       // To the stash the writer read two steps ago (its use iteration / 2 - 1 is then over),
@@ -521,6 +544,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         }
         __syncwarp();
       }
+    }
+    if constexpr (S::kKeySplit) {
+      wg::wait_group<0>();
+      wg::fence_operands(dv);
+      wg::fence_operands(dk);
     }
     unreleased = turn_counter;
   };

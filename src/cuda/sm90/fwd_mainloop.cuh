@@ -90,9 +90,11 @@ struct FwdMainloop {
   static constexpr int kHeadDim = Shape::kHeadDim;
   static constexpr int kHeadDimV = Shape::kHeadDimV;
   static constexpr int kPSteps = kBlockN / Shape::kStepK;  // K steps of P V
-  static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;  // weights up to 256 < 448
-  static constexpr FwdSm90Exp2Split kExp2 = fwd_sm90_exp2_split(kFp8, kHeadDim);
   static constexpr int kRescaleSlack = fwd_sm90_rescale_slack(kFp8, kHeadDimV);
+  // FP8: the weights reach 2^(offset + slack) = 256 at most, below e4m3's 448.
+  static constexpr float kPLog2Offset =
+      kFp8 ? 8.f - static_cast<float>(kRescaleSlack > 0 ? kRescaleSlack : 0) : 0.f;
+  static constexpr FwdSm90Exp2Split kExp2 = fwd_sm90_exp2_split(kFp8, kHeadDim);
   using Storage = FwdStorage<Shape>;
   using Ring = RingPosition<Shape::kStages>;
   using QRows = WgmmaOperand<typename Shape::QTile, Major::kK>;  // A of S: queries x head dim
