@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
     // The key split's last pass's dS^T fragments: its dK product is issued after dQ's, so that
     // the dQ stash is stored while dK multiplies.
-    uint32_t last_dst[kMSteps][4];
-    constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
+    [[maybe_unused]] uint32_t last_dst[kMSteps][4];
+    [[maybe_unused]] constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
 #pragma unroll
     for (int part = 0; part < S::kSdpParts; ++part) {
       // S^T and dP^T of this warpgroup's share: queries [query0, query0 + kSdpQueries).
