@@ -248,15 +248,13 @@ __global__ void __launch_bounds__(KvShape<D, TileT, sizeof(C)>::kThreads)
         n * kBlockN + warp_key0 + 2 * (lane % 4),
         row_query, row_slope);
     if constexpr (S::kE4m3Registers) {
-      // O is rescaled only when a row's maximum moved (the factor is then not 1): in a long
-      // decode it seldom does, and the rescale is as many multiplies as O has registers,
-      // which the e4m3 decode (bound by its instructions, not memory) feels.
+      // O is rescaled only when a row of the warp raised its maximum (fold_block's slack 0):
+      // in a long decode that is seldom, and the rescale is as many multiplies as O has
+      // registers, which the e4m3 decode (bound by its instructions, not memory) feels.
       float factor[kMT][2];
-      softmax.fold_block(s, sc.log2_unit, factor);
-      bool moved = false;
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) moved = moved || factor[m][0] != 1.f || factor[m][1] != 1.f;
-      if (__any_sync(0xFFFFFFFFu, moved)) softmax.rescale(o, factor);
+      if (softmax.template fold_block<0, 3, 0>(s, sc.log2_unit, factor)) {
+        softmax.rescale(o, factor);
+      }
       warp::pv_output_e4m3<kMT, kNT, kDT, RingTile>(o, s, v_ring(buffer) + ring_warp_offset,
                                                     e4m3_lanes);
     } else {
