@@ -242,9 +242,9 @@ constexpr FwdSm90Exp2Split fwd_sm90_exp2_split(bool fp8, int head_dim) {
 // so most blocks skip the head_dim_v / 2 multiplies per thread that rescale O. Measured faster
 // at d = 128 and 256 (16-bit, slack 8: weights up to 256, which bf16 and fp16 hold; FP8, slack
 // 4: the kernel lowers its weights' offset from 2^8 to 2^4 so that they still stay within
-// e4m3's 448, and slack 4 beat slack 2), slower at d = 64 in both, so those rescale every block
-// (-1). d = 192 (96 O registers) takes the slack as d = 128 and 256 do, d = 96 (48) rescales
-// as d = 64 does (bench/RESULTS.md).
+// e4m3's 448), slower at d = 64 in both, so those rescale every block (-1). d = 192 (96 O
+// registers) takes the slack as d = 128 and 256 do, d = 96 (48) rescales as d = 64 does
+// (bench/RESULTS.md).
 constexpr int fwd_sm90_rescale_slack(bool fp8, int head_dim) {
   if (head_dim < 128) return -1;
   return fp8 ? 4 : 8;

@@ -111,11 +111,10 @@ __global__ void used_keys_kernel(const int32_t* cache_seqlens, int appended, int
 // One block per (b, h, i) row. Warp w sums the splits w, w + 4, ... of the row, four
 // columns per lane and 16-byte load (launch_combine checks the alignment); the loads of its
 // first kPrefetch splits are issued before the splits' lse are merged, so that the row's
-// partials and lse arrive in one round trip. Every
-// warp loads all the lse (lane l: splits l, l + 32, ...) and merges them by a butterfly of
-// core::log_add_exp (symmetric, so every lane ends with the same total); a split's weight
-// exp(lse_s - lse) (core::merge_weight) comes from the lane holding its lse. The warps' sums
-// meet in shared memory.
+// partials and lse arrive in one round trip. Every warp loads all the lse (lane l: splits l,
+// l + 32, ...) and merges them by a butterfly of core::log_add_exp (symmetric, so every lane
+// ends with the same total); a split's weight exp(lse_s - lse) (core::merge_weight) comes from
+// the lane holding its lse. The warps' sums meet in shared memory.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const __grid_constant__ core::KVCacheParams p, int num_splits,

@@ -295,10 +295,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 
     const uint64_t do_cols_desc = QCols::descriptor(do_buf + q_cols_offset);
     const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
-    // The key split's last pass's dS^T fragments: its dK product is issued after dQ's, so that
-    // the dQ stash is stored while dK multiplies.
-    [[maybe_unused]] uint32_t last_dst[kMSteps][4];
-    [[maybe_unused]] constexpr int kFirst = S::kSdpQueries / 16;  // k-steps of a pass
+    // dS^T's fragments of a pass, declared here because the key split's last pass's dK
+    // product is issued after dQ's (so that the dQ stash is stored while dK multiplies).
+    uint32_t dst[kMSteps][4];
 #pragma unroll
     for (int part = 0; part < S::kSdpParts; ++part) {
       // S^T and dP^T of this warpgroup's share: queries [query0, query0 + kSdpQueries).
@@ -392,7 +391,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
         }
       }
       dropout_apply(s);
-      uint32_t pt[kMSteps][4], dst[kMSteps][4];
+      uint32_t pt[kMSteps][4];
 #pragma unroll
       for (int ks = 0; ks < kMSteps; ++ks) {
 #pragma unroll
@@ -417,19 +416,13 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 #pragma unroll
         for (int ks = 0; ks < kMSteps; ++ks) {
           wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks],
-                                          QCols::advance(do_cols_desc, kFirst * part + ks), true);
+                                          QCols::advance(do_cols_desc, kMSteps * part + ks), true);
         }
         if (part + 1 < S::kSdpParts) {
 #pragma unroll
           for (int ks = 0; ks < kMSteps; ++ks) {
             wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks],
-                                            QCols::advance(q_cols_desc, kFirst * part + ks), true);
-          }
-        } else {
-#pragma unroll
-          for (int ks = 0; ks < kMSteps; ++ks) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) last_dst[ks][r] = dst[ks][r];
+                                            QCols::advance(q_cols_desc, kMSteps * part + ks), true);
           }
         }
         wg::commit_group();
@@ -472,7 +465,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
 #pragma unroll
       for (int ks = 0; ks < kMSteps; ++ks) {
         wg::mma_rs<S::kKvCols, T, true>(
-            dk, last_dst[ks], QCols::advance(q_cols_desc, kFirst * (S::kSdpParts - 1) + ks), true);
+            dk, dst[ks], QCols::advance(q_cols_desc, kMSteps * (S::kSdpParts - 1) + ks), true);
       }
       wg::commit_group();
       wg::wait_group<1>();
