@@ -4,13 +4,14 @@
 //
 // Keys go into VTile in fp8_key_at order (wgmma_fragments.cuh): then the S accumulator's
 // registers, rounded to e4m3, are P's A fragment as they are. Key positions 4t .. 4t+3 of each 16
-// hold keys {2t, 2t+1, 8+2t, 9+2t}; so a lane reads one 4-byte word (4 columns) from each of
-// those four key rows and writes, per column, one word of four keys: a 4 x 4 byte transpose
-// (byte permutes). Lane (t = lane % 4, q = lane / 4) of a warp takes word columns 4(8c + q) ..
-// of the 16 keys of group h; both its loads and its stores then hit 32 different banks, the
-// stores because lane q writes its four columns in a rotated order (rotation below). The
-// addresses are the tiles' byte_offset with what is fixed per lane computed once: the loop
-// over column groups is a few integer operations beside the loads, permutes and stores.
+// hold keys {2t, 2t+1, 8+2t, 9+2t}. A warp takes 16 keys x 32 columns at a time: one ldmatrix
+// .trans of four 8 x 8 matrices of 16-bit pairs (keys 0-7 and 8-15, columns 0-15 and 16-31)
+// leaves lane (t = lane % 4, p = lane / 4) holding keys 2t, 2t+1 (and 8+2t, 9+2t) of column
+// pairs 2p, 2p+1: two byte permutes per pair of registers make the words of positions 4t .. 4t+3
+// of lines 2p and 2p+1, which one stmatrix of four 8 x 8 matrices stores (rows = lines, 16
+// bytes = the 16 key positions). Lanes p >= 4 put their odd line in the first matrix of a pair
+// and their even line in the second, so that each matrix's 8 lines fall on 8 different chunk
+// positions of the swizzle (no bank conflict); the loads' 8 key rows do already.
 //
 // Keys past the sequence's last (seqlen_k) are written as zero: the mask hides their scores,
 // but a NaN or Inf read from the rows TMA did not zero-fill (the next varlen sequence, rows past
@@ -23,12 +24,14 @@
 
 #include <cstdint>
 
+#include "cuda/prim/ldmatrix.cuh"
 #include "cuda/prim/math.cuh"
 #include "cuda/sm90/fwd_params.cuh"
 #include "cuda/sm90/fwd_scheduler.cuh"
 #include "cuda/sm90/fwd_shape.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/ring.cuh"
+#include "cuda/sm90/stmatrix.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -56,69 +59,55 @@ struct FwdTransposeV {
 
   __device__ __forceinline__ uint32_t addr(const void* p) const { return prim::smem_addr(p); }
 
-  static __device__ __forceinline__ uint32_t load_word(uint32_t at) {
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at) : "memory");
-    return v;
-  }
-  static __device__ __forceinline__ void store_word(uint32_t at, uint32_t v) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
-  }
   static __device__ __forceinline__ uint32_t permute(uint32_t a, uint32_t b, uint32_t selector) {
     uint32_t d;
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
     return d;
   }
 
-  // Raw slot -> transposed slot, keys at or past `valid` as zero. Lane (t, q) reads key rows
-  // 16h + k_i, k_i = 8(i/2) + 2t + i%2 (fp8_key_at(16h + 4t + i)), at columns 32c + 4q .. + 3,
-  // and writes lines 32c + 4q + j at key positions 16h + 4t .. + 3. Swizzle128Tile's offsets,
-  // with the parts that do not change along h or c taken out of the loops:
-  //   raw: panel(c) + (16h + k_i) * 128 + ((2(c % 4) + q/4) ^ (k_i % 8)) * 16 + 4(q % 4)
-  //        where k_i % 8 = 2t + i%2, and the xor splits: 32(c % 4) ^ 16(q/4 ^ 2t ^ i%2);
-  //   VTile: panel(h) + (32c + 4q + j) * 128 + ((h % 8) ^ (4(q % 2) + j)) * 16 + 4t.
+  // Raw slot -> transposed slot, keys at or past `valid` as zero. Lane (matrix i = lane / 8,
+  // row r = lane % 8) names for the load key 16h + 8(i % 2) + r at columns 32c + 16(i / 2) ..
+  // + 15, and for the store line 32c + 16(i / 2) + 2r + ((i % 2) ^ (r >= 4)) at key positions
+  // 16h .. 16h + 15; Swizzle128Tile's offsets with what does not change along h or c taken out:
+  //   raw: panel(c) + (16h + 8(i % 2) + r) * 128 + ((2(c % 4) + i / 2) ^ r) * 16,
+  //        where the xor splits: 32(c % 4) ^ 16(i / 2 ^ r);
+  //   VTile: panel(h) + line * 128 + ((h % 8) ^ (line % 8)) * 16, line % 8 fixed per lane.
   __device__ __forceinline__ void transpose(uint32_t raw, uint32_t vt, int valid) const {
-    const int t = lane % 4, q = lane / 4;
-    // The order in which lane q writes its four columns: column j lands on line 32c + 4q + j,
-    // whose swizzled chunk is h ^ (that line % 8); rotating j by q / 2 makes the eight q of a
-    // warp cover the eight chunk positions in every store.
-    const uint32_t rotation = static_cast<uint32_t>(q / 2);
-    const uint32_t raw_row = raw + 256 * t + 4 * (q % 4);           // key 2t, in-chunk word
-    const uint32_t raw_chunk = 16u * static_cast<uint32_t>((q / 4) ^ (2 * t));  // i even
-    const uint32_t vt_line = vt + 512 * q + 4 * t;                   // line 4q, word t
-    uint32_t pick[4], step_line[4];
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const uint32_t j = static_cast<uint32_t>(step) ^ rotation;
-      pick[step] = j | ((j + 4) << 4);  // byte j of two words, in order
-    }
+    const int i = lane / 8, r = lane % 8;
+    const int t = lane % 4, p = lane / 4;
+    const uint32_t load_lane =
+        raw + 128 * (8 * (i % 2) + r) + 16 * static_cast<uint32_t>((i / 2) ^ r);
+    const int line = 16 * (i / 2) + 2 * r + ((i % 2) ^ (r >= 4 ? 1 : 0));  // + 32c
+    const uint32_t store_lane = vt + 128 * line;
+    const uint32_t line_mix = static_cast<uint32_t>(line % 8);
+    // Lane p's words of its even and odd line, in the order of the stores' matrices.
+    const uint32_t first = p < 4 ? 0x6420u : 0x7531u;
+    const uint32_t second = p < 4 ? 0x7531u : 0x6420u;
     for (int h = warp; h < kKeyGroups; h += kWarps) {
-      const uint32_t h_mix = static_cast<uint32_t>(h % 8) ^ (4u * (q % 2));
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint32_t j = static_cast<uint32_t>(step) ^ rotation;
-        step_line[step] = vt_line + (h / 8) * VTile::kPanelBytes + 128 * j + 16 * (h_mix ^ j);
+      const uint32_t load_h = load_lane + 2048 * h;
+      const uint32_t store_h =
+          store_lane + (h / 8) * VTile::kPanelBytes + 16 * ((h % 8) ^ line_mix);
+      // Keys of the group past `valid` (only in a sequence's last block): bytes of keys 2t,
+      // 2t+1 of each register pair, and of 8+2t, 9+2t.
+      uint32_t keep_low = ~0u, keep_high = ~0u;
+      if (16 * h + 16 > valid) {
+        const int k = 16 * h + 2 * t;
+        keep_low = (k < valid ? 0x0000ffffu : 0u) | (k + 1 < valid ? 0xffff0000u : 0u);
+        keep_high = (k + 8 < valid ? 0x0000ffffu : 0u) | (k + 9 < valid ? 0xffff0000u : 0u);
       }
-      const uint32_t raw_h = raw_row + 2048 * h;
-      bool in[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) in[i] = 16 * h + 8 * (i / 2) + 2 * t + i % 2 < valid;
 #pragma unroll
       for (int c = 0; c < kColumnGroups; ++c) {
-        const uint32_t base = raw_h + (c / 4) * RawTile::kPanelBytes;
-        const uint32_t even = base + (raw_chunk ^ (32u * (c % 4)));
-        const uint32_t odd = base + 128 + ((raw_chunk ^ 16u) ^ (32u * (c % 4)));
         uint32_t w[4];
-        w[0] = in[0] ? load_word(even) : 0u;
-        w[1] = in[1] ? load_word(odd) : 0u;
-        w[2] = in[2] ? load_word(even + 1024) : 0u;
-        w[3] = in[3] ? load_word(odd + 1024) : 0u;
+        prim::warp::ldmatrix_x4_trans(
+            w, (load_h + (c / 4) * RawTile::kPanelBytes) ^ (32u * (c % 4)));
+        uint32_t out[4];
 #pragma unroll
-        for (int step = 0; step < 4; ++step) {
-          const uint32_t low = permute(w[0], w[1], pick[step]);
-          const uint32_t high = permute(w[2], w[3], pick[step]);
-          store_word(step_line[step] + 4096 * c, permute(low, high, 0x5410));
+        for (int pair = 0; pair < 2; ++pair) {
+          const uint32_t low = w[2 * pair] & keep_low, high = w[2 * pair + 1] & keep_high;
+          out[2 * pair] = permute(low, high, first);
+          out[2 * pair + 1] = permute(low, high, second);
         }
+        warp::stmatrix_x4(store_h + 4096 * c, out);
       }
     }
   }
