@@ -225,16 +225,19 @@ constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
 
 // Of each row's weights, every poly_every-th (0: none) is computed by a polynomial on the FMA
 // pipe (prim/math.cuh's exp2_poly, of `degree`) instead of the MUFU's ex2. Only the FP8 kernel
-// at d = 64, whose products are the shortest per weight, gains (bench/RESULTS.md: the sweep
-// over both kernels, where every other shape lost as much as the instructions it added); a
-// 16-bit kernel would also need degree 4 to keep its lse within the tests' bound.
+// gains, whose products take half the 16-bit time per weight: at d = 64 every 8th, at d = 128
+// every 16th (since V's transpose takes fewer issue slots); d = 256 and every 16-bit shape lost
+// about as much as the instructions added (bench/RESULTS.md), and a 16-bit kernel would also
+// need degree 4 to keep its lse within the tests' bound.
 struct FwdSm90Exp2Split {
   int poly_every;
   int degree;
 };
 
 constexpr FwdSm90Exp2Split fwd_sm90_exp2_split(bool fp8, int head_dim) {
-  return fp8 && head_dim == 64 ? FwdSm90Exp2Split{8, 3} : FwdSm90Exp2Split{0, 3};
+  if (!fp8) return {0, 3};
+  return head_dim == 64 ? FwdSm90Exp2Split{8, 3}
+                        : head_dim == 128 ? FwdSm90Exp2Split{16, 3} : FwdSm90Exp2Split{0, 3};
 }
 
 // Lazy rescaling of O (online_softmax.cuh's fold_block kSlack): a row keeps the maximum it
