@@ -107,7 +107,7 @@ struct FwdTransposeV {
           out[2 * pair] = permute(low, high, first);
           out[2 * pair + 1] = permute(low, high, second);
         }
-        warp::stmatrix_x4(store_h + 4096 * c, out);
+        sm90::warp::stmatrix_x4(store_h + 4096 * c, out);
       }
     }
   }
