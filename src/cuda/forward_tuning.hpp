@@ -236,8 +236,11 @@ struct FwdSm90Exp2Split {
 
 constexpr FwdSm90Exp2Split fwd_sm90_exp2_split(bool fp8, int head_dim) {
   if (!fp8) return {0, 3};
-  return head_dim == 64 ? FwdSm90Exp2Split{8, 3}
-                        : head_dim == 128 ? FwdSm90Exp2Split{16, 3} : FwdSm90Exp2Split{0, 3};
+  switch (head_dim) {
+    case 64: return {8, 3};
+    case 128: return {16, 3};
+    default: return {0, 3};
+  }
 }
 
 // Lazy rescaling of O (online_softmax.cuh's fold_block kSlack): a row keeps the maximum it
