@@ -65,13 +65,15 @@ struct FwdTransposeV {
     return d;
   }
 
-  // Raw slot -> transposed slot, keys at or past `valid` as zero. Lane (matrix i = lane / 8,
+  // Raw slot -> transposed slot, keys at or past `valid` as zero (kMasked: the block has such
+  // keys; full blocks skip the masking's ANDs). Lane (matrix i = lane / 8,
   // row r = lane % 8) names for the load key 16h + 8(i % 2) + r at columns 32c + 16(i / 2) ..
   // + 15, and for the store line 32c + 16(i / 2) + 2r + ((i % 2) ^ (r >= 4)) at key positions
   // 16h .. 16h + 15; Swizzle128Tile's offsets with what does not change along h or c taken out:
   //   raw: panel(c) + (16h + 8(i % 2) + r) * 128 + ((2(c % 4) + i / 2) ^ r) * 16,
   //        where the xor splits: 32(c % 4) ^ 16(i / 2 ^ r);
   //   VTile: panel(h) + line * 128 + ((h % 8) ^ (line % 8)) * 16, line % 8 fixed per lane.
+  template <bool kMasked>
   __device__ __forceinline__ void transpose(uint32_t raw, uint32_t vt, int valid) const {
     const int i = lane / 8, r = lane % 8;
     const int t = lane % 4, p = lane / 4;
@@ -90,7 +92,7 @@ struct FwdTransposeV {
       // Keys of the group past `valid` (only in a sequence's last block): bytes of keys 2t,
       // 2t+1 of each register pair, and of 8+2t, 9+2t.
       uint32_t keep_low = ~0u, keep_high = ~0u;
-      if (16 * h + 16 > valid) {
+      if (kMasked && 16 * h + 16 > valid) {
         const int k = 16 * h + 2 * t;
         keep_low = (k < valid ? 0x0000ffffu : 0u) | (k + 1 < valid ? 0xffff0000u : 0u);
         keep_high = (k + 8 < valid ? 0x0000ffffu : 0u) | (k + 9 < valid ? 0xffff0000u : 0u);
@@ -103,7 +105,8 @@ struct FwdTransposeV {
         uint32_t out[4];
 #pragma unroll
         for (int pair = 0; pair < 2; ++pair) {
-          const uint32_t low = w[2 * pair] & keep_low, high = w[2 * pair + 1] & keep_high;
+          const uint32_t low = kMasked ? w[2 * pair] & keep_low : w[2 * pair];
+          const uint32_t high = kMasked ? w[2 * pair + 1] & keep_high : w[2 * pair + 1];
           out[2 * pair] = permute(low, high, first);
           out[2 * pair + 1] = permute(low, high, second);
         }
@@ -123,8 +126,12 @@ struct FwdTransposeV {
       for (int n = w.kb.end - 1; n >= w.kb.begin; --n) {
         mbarrier::wait(addr(&smem.bar.raw_full[at.slot]), at.full_parity());
         mbarrier::wait(addr(&smem.bar.v_empty[at.slot]), at.empty_parity());
-        transpose(addr(smem.v_raw[at.slot]), addr(smem.v[at.slot]),
-                  w.seq.seqlen_k - n * kBlockN);
+        const int valid = w.seq.seqlen_k - n * kBlockN;
+        if (valid >= kBlockN) {
+          transpose<false>(addr(smem.v_raw[at.slot]), addr(smem.v[at.slot]), valid);
+        } else {
+          transpose<true>(addr(smem.v_raw[at.slot]), addr(smem.v[at.slot]), valid);
+        }
         // The stores are seen by the wgmma that reads the slot (async proxy), and the loads are
         // done before the producer's TMA refills the raw slot.
         warpgroup::fence_proxy_async_shared();
