@@ -207,16 +207,19 @@ static_assert(fwd_sm90_table_entry_ok(64) && fwd_sm90_table_entry_ok(96) &&
               "a Hopper forward tile does not fit");
 
 // ---- The Hopper FP8 (e4m3) kernel (sm90/fwd_kernel.cuh with FwdShape::kFp8) ---------------
-// e4m3 q, k and v, a 16-bit output. One tile per head dim, of two MMA warpgroups (the transpose
-// of V runs in the producer warpgroup on the registers that split leaves it). The key block is
+// e4m3 q, k and v, a 16-bit output. The transpose of V runs in the producer warpgroup on the
+// registers the split leaves it. d = 64 runs 192 query rows (three MMA warpgroups) and, where
+// the dense forward takes its narrow tile (fwd_sm90_use_narrow: causal calls of at most 2048
+// keys, whose short tiles the wider one leaves idle), 128; the other head dims one tile of two
+// MMA warpgroups. The key block is
 // a multiple of 32 (the K of one e4m3 wgmma of P V); its transposed V is padded to 128-key
 // panels. Storage: Q, the K ring, V's landing ring (8-bit) and its transposed ring, and O's
 // staging (16-bit) where it fits (else the epilogue stores O from registers).
 inline constexpr int kFwdSm90Fp8HeadDims[] = {64, 128, 256};
 
-constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim) {
+constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim, bool narrow = false) {
   switch (head_dim) {
-    case 64: return {128, 128, 2};
+    case 64: return narrow ? FwdSm90Tile{128, 128, 2} : FwdSm90Tile{192, 128, 2};
     case 128: return {128, 192, 2};
     case 256: return {128, 96, 2};
     default: return {0, 0, 0};
@@ -268,12 +271,13 @@ constexpr int fwd_sm90_fp8_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile 
 }
 
 constexpr bool fwd_sm90_fp8_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {
-  return t.block_m == 128 && t.block_n % 32 == 0 && t.block_n >= 32 && t.block_n <= 256 &&
+  return (t.block_m == 128 || t.block_m == 192) && t.block_n % 32 == 0 && t.block_n >= 32 && t.block_n <= 256 &&
          t.stages >= 2 && head_dim % 32 == 0 && head_dim_v % 32 == 0 &&
          fwd_sm90_fp8_smem_bytes(head_dim, head_dim_v, t) <= 227 * 1024;
 }
 
 static_assert(fwd_sm90_fp8_tile_valid(64, 64, fwd_sm90_fp8_tile(64)) &&
+                  fwd_sm90_fp8_tile_valid(64, 64, fwd_sm90_fp8_tile(64, true)) &&
                   fwd_sm90_fp8_tile_valid(128, 128, fwd_sm90_fp8_tile(128)) &&
                   fwd_sm90_fp8_tile_valid(256, 256, fwd_sm90_fp8_tile(256)),
               "a Hopper FP8 forward tile does not fit");

@@ -59,6 +59,26 @@ TEST(ForwardTuning, DenseNarrowTileOnlyWhereItWasFaster) {
   EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(128, true, 16384));
 }
 
+// FP8: d = 64 runs 192 query rows except where the dense forward takes its narrow tile (causal,
+// at most 2048 keys); the other head dims have one tile.
+TEST(ForwardTuning, Fp8TilesAndTheirNarrowOne) {
+  using flashattn::cuda::fwd_sm90_fp8_tile;
+  EXPECT_EQ(fwd_sm90_fp8_tile(64).block_m, 192);
+  EXPECT_EQ(fwd_sm90_fp8_tile(64, true).block_m, 128);
+  EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(64, true, 2048));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(64, true, 2049));
+  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(64, false, 1024));
+  for (int d : {128, 256}) {
+    EXPECT_TRUE(fwd_sm90_fp8_tile(d) == fwd_sm90_fp8_tile(d, true)) << "d = " << d;
+  }
+  for (int d : flashattn::cuda::kFwdSm90Fp8HeadDims) {
+    for (bool narrow : {false, true}) {
+      EXPECT_TRUE(flashattn::cuda::fwd_sm90_fp8_tile_valid(d, d, fwd_sm90_fp8_tile(d, narrow)))
+          << "d = " << d;
+    }
+  }
+}
+
 // The share of the softmax's exp2 on the FMA pipe: only where it was measured faster (FP8 at
 // d = 64 and 128), at a degree exp2_poly has; 16-bit kernels keep every weight on the MUFU
 // (degree 3 put their lse past the tests' bound).

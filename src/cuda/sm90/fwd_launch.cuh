@@ -170,15 +170,28 @@ int forward_paged_smem_bytes() {
   return forward_smem_bytes<T, D>();
 }
 
-// The FP8 forward: e4m3 q, k and v, out of type T; the FP8 table's tile.
+// The FP8 forward: e4m3 q, k and v, out of type T; the FP8 table's tile, or its narrow one
+// where the head dim has two and the dense forward would take the narrow one.
+template <int D, bool kNarrow>
+using FwdFp8Shape = FwdShape<D, D, FwdSm90Fp8TableTile<D, kNarrow>, false, true>;
+
 template <class T, int D>
 Status run_forward_fp8(const core::AttentionParams& p, cudaStream_t stream) {
-  return launch_forward<T, FwdShape<D, D, FwdSm90Fp8TableTile<D>, false, true>>(p, stream);
+  constexpr bool kTwoTiles =
+      !(FwdSm90Fp8TableTile<D, true>::value == FwdSm90Fp8TableTile<D>::value);
+  if constexpr (kTwoTiles) {
+    if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
+      return launch_forward<T, FwdFp8Shape<D, true>>(p, stream);
+    }
+  }
+  return launch_forward<T, FwdFp8Shape<D, false>>(p, stream);
 }
 
 template <class T, int D>
 int forward_fp8_smem_bytes() {
-  return fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90Fp8TableTile<D>, false, true>>();
+  const int narrow = fwd_sm90_storage_bytes<FwdFp8Shape<D, true>>();
+  const int other = fwd_sm90_storage_bytes<FwdFp8Shape<D, false>>();
+  return narrow > other ? narrow : other;
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -77,7 +77,9 @@ int forward_paged_smem_bytes();
 inline constexpr FwdKernel kFwdFp8Kernel = FwdKernel::kSm90Fp8;
 template <int D>
 constexpr int forward_fp8_block_m() {
-  return fwd_sm90_fp8_tile(D).block_m;
+  const int narrow = fwd_sm90_fp8_tile(D, true).block_m;
+  const int other = fwd_sm90_fp8_tile(D).block_m;
+  return narrow < other ? narrow : other;
 }
 
 // TMA reads the operands in place: 16-byte aligned pointers and strides (16 e4m3 elements),

@@ -29,10 +29,10 @@ struct FwdSm90TableTile {
   static constexpr FwdSm90Tile value = fwd_sm90_tile(D, DV, kNarrow);
 };
 
-// The FP8 table's tile for head dim D (forward_tuning.hpp).
-template <int D>
+// The FP8 table's tile for head dim D, or its narrow one (forward_tuning.hpp).
+template <int D, bool kNarrow = false>
 struct FwdSm90Fp8TableTile {
-  static constexpr FwdSm90Tile value = fwd_sm90_fp8_tile(D);
+  static constexpr FwdSm90Tile value = fwd_sm90_fp8_tile(D, kNarrow);
 };
 
 // mbarriers (sm90/mbarrier.cuh): "full" completes when the producer's TMA bytes landed,

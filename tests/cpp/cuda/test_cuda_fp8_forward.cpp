@@ -127,6 +127,11 @@ TEST_P(CudaFp8Forward, GqaMqaAndManyTiles) {
   expect_passes_on_cuda(many);
   Problem from_registers = problem(1, 140, 4, 5, 300, 256);  // d = 256: O from registers
   expect_passes_on_cuda(from_registers);
+  // d = 64 causal with more keys than fwd_sm90_use_narrow's bound: the 192-row tile under a
+  // causal mask (shorter causal calls take the 128-row tile).
+  Problem wide_causal = problem(1, 2, 2, 450, 2100, 64);
+  wide_causal.causal = true;
+  expect_passes_on_cuda(wide_causal);
 }
 
 // Varlen with empty sequences and seqused_k: rows of V past a sequence's keys hold the next
