@@ -208,10 +208,10 @@ static_assert(fwd_sm90_table_entry_ok(64) && fwd_sm90_table_entry_ok(96) &&
 
 // ---- The Hopper FP8 (e4m3) kernel (sm90/fwd_kernel.cuh with FwdShape::kFp8) ---------------
 // e4m3 q, k and v, a 16-bit output. The transpose of V runs in the producer warpgroup on the
-// registers the split leaves it. d = 64 runs 192 query rows (three MMA warpgroups) and, where
-// the dense forward takes its narrow tile (fwd_sm90_use_narrow: causal calls of at most 2048
-// keys, whose short tiles the wider one leaves idle), 128; the other head dims one tile of two
-// MMA warpgroups. The key block is
+// registers the split leaves it. Each head dim has a tile and a narrow one for short calls
+// (fwd_sm90_fp8_use_narrow): d = 64 runs 192 query rows (three MMA warpgroups), 128 where the
+// 16-bit forward takes its narrow tile; d = 128 runs 192-key blocks, 128 on short calls; d = 256
+// one tile. The key block is
 // a multiple of 32 (the K of one e4m3 wgmma of P V); its transposed V is padded to 128-key
 // panels. Storage: Q, the K ring, V's landing ring (8-bit) and its transposed ring, and O's
 // staging (16-bit) where it fits (else the epilogue stores O from registers).
@@ -220,9 +220,25 @@ inline constexpr int kFwdSm90Fp8HeadDims[] = {64, 128, 256};
 constexpr FwdSm90Tile fwd_sm90_fp8_tile(int head_dim, bool narrow = false) {
   switch (head_dim) {
     case 64: return narrow ? FwdSm90Tile{128, 128, 2} : FwdSm90Tile{192, 128, 2};
-    case 128: return {128, 192, 2};
+    case 128: return narrow ? FwdSm90Tile{128, 128, 2} : FwdSm90Tile{128, 192, 2};
     case 256: return {128, 96, 2};
     default: return {0, 0, 0};
+  }
+}
+
+// Which FP8 calls run the narrow tile: at d = 64 those the 16-bit forward runs narrow (causal,
+// at most 2048 keys), at d = 128 calls of at most 2048 keys and causal ones of at most 4096.
+// A short call pays the pipeline's fill over few key blocks and masks part of its last one,
+// a causal tile part of its diagonal ones: both cost less with narrower blocks
+// (bench/RESULTS.md has the A/B).
+inline constexpr int kFwdSm90Fp8NarrowCausalKeysD128 = 4096;
+constexpr bool fwd_sm90_fp8_use_narrow(int head_dim, bool grows, int seqlen_k) {
+  switch (head_dim) {
+    case 64: return fwd_sm90_use_narrow(64, grows, seqlen_k);
+    case 128:
+      return seqlen_k <= kFwdSm90NarrowKeys ||
+             (grows && seqlen_k <= kFwdSm90Fp8NarrowCausalKeysD128);
+    default: return false;
   }
 }
 
@@ -279,6 +295,7 @@ constexpr bool fwd_sm90_fp8_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile
 static_assert(fwd_sm90_fp8_tile_valid(64, 64, fwd_sm90_fp8_tile(64)) &&
                   fwd_sm90_fp8_tile_valid(64, 64, fwd_sm90_fp8_tile(64, true)) &&
                   fwd_sm90_fp8_tile_valid(128, 128, fwd_sm90_fp8_tile(128)) &&
+                  fwd_sm90_fp8_tile_valid(128, 128, fwd_sm90_fp8_tile(128, true)) &&
                   fwd_sm90_fp8_tile_valid(256, 256, fwd_sm90_fp8_tile(256)),
               "a Hopper FP8 forward tile does not fit");
 

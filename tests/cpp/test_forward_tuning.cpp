@@ -60,17 +60,24 @@ TEST(ForwardTuning, DenseNarrowTileOnlyWhereItWasFaster) {
 }
 
 // FP8: d = 64 runs 192 query rows except where the dense forward takes its narrow tile (causal,
-// at most 2048 keys); the other head dims have one tile.
+// at most 2048 keys); d = 128 128-key blocks on calls of at most 2048 keys (causal: 4096);
+// d = 256 one tile.
 TEST(ForwardTuning, Fp8TilesAndTheirNarrowOne) {
   using flashattn::cuda::fwd_sm90_fp8_tile;
+  using flashattn::cuda::fwd_sm90_fp8_use_narrow;
   EXPECT_EQ(fwd_sm90_fp8_tile(64).block_m, 192);
   EXPECT_EQ(fwd_sm90_fp8_tile(64, true).block_m, 128);
-  EXPECT_TRUE(flashattn::cuda::fwd_sm90_use_narrow(64, true, 2048));
-  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(64, true, 2049));
-  EXPECT_FALSE(flashattn::cuda::fwd_sm90_use_narrow(64, false, 1024));
-  for (int d : {128, 256}) {
-    EXPECT_TRUE(fwd_sm90_fp8_tile(d) == fwd_sm90_fp8_tile(d, true)) << "d = " << d;
-  }
+  EXPECT_TRUE(fwd_sm90_fp8_use_narrow(64, true, 2048));
+  EXPECT_FALSE(fwd_sm90_fp8_use_narrow(64, true, 2049));
+  EXPECT_FALSE(fwd_sm90_fp8_use_narrow(64, false, 1024));
+  EXPECT_EQ(fwd_sm90_fp8_tile(128).block_n, 192);
+  EXPECT_EQ(fwd_sm90_fp8_tile(128, true).block_n, 128);
+  EXPECT_TRUE(fwd_sm90_fp8_use_narrow(128, false, 2048));
+  EXPECT_FALSE(fwd_sm90_fp8_use_narrow(128, false, 4096));
+  EXPECT_TRUE(fwd_sm90_fp8_use_narrow(128, true, 4096));
+  EXPECT_FALSE(fwd_sm90_fp8_use_narrow(128, true, 8192));
+  EXPECT_FALSE(fwd_sm90_fp8_use_narrow(256, true, 1024));
+  EXPECT_TRUE(fwd_sm90_fp8_tile(256) == fwd_sm90_fp8_tile(256, true));
   for (int d : flashattn::cuda::kFwdSm90Fp8HeadDims) {
     for (bool narrow : {false, true}) {
       EXPECT_TRUE(flashattn::cuda::fwd_sm90_fp8_tile_valid(d, d, fwd_sm90_fp8_tile(d, narrow)))

@@ -171,7 +171,7 @@ int forward_paged_smem_bytes() {
 }
 
 // The FP8 forward: e4m3 q, k and v, out of type T; the FP8 table's tile, or its narrow one
-// where the head dim has two and the dense forward would take the narrow one.
+// where the head dim has two and fwd_sm90_fp8_use_narrow takes it.
 template <int D, bool kNarrow>
 using FwdFp8Shape = FwdShape<D, D, FwdSm90Fp8TableTile<D, kNarrow>, false, true>;
 
@@ -180,7 +180,7 @@ Status run_forward_fp8(const core::AttentionParams& p, cudaStream_t stream) {
   constexpr bool kTwoTiles =
       !(FwdSm90Fp8TableTile<D, true>::value == FwdSm90Fp8TableTile<D>::value);
   if constexpr (kTwoTiles) {
-    if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
+    if (fwd_sm90_fp8_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdFp8Shape<D, true>>(p, stream);
     }
   }

@@ -87,10 +87,12 @@ TEST_F(CudaForwardSanitize, Fp8Paths) {
   varlen.seqlens_k = {140, 70};
   varlen.out_dtype = DType::kF16;
   Problem from_registers = dense_problem(DType::kF8E4M3, {1, 140, 4, 5, 300, 256}, 23);
-  // d = 64: the varlen call above runs the 192-row tile, a short causal one the 128-row tile.
+  // d = 64: the varlen call above runs the 192-row tile, a short causal one the 128-row tile;
+  // d = 128: the causal call above the 128-key blocks, one with more keys the 192-key ones.
   Problem narrow = dense_problem(DType::kF8E4M3, {1, 2, 2, 150, 200, 64}, 24);
   narrow.causal = true;
-  for (const Problem& p : {causal, varlen, from_registers, narrow}) {
+  Problem long_keys = dense_problem(DType::kF8E4M3, {1, 2, 1, 70, 2100, 128}, 25);
+  for (const Problem& p : {causal, varlen, from_registers, narrow, long_keys}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }

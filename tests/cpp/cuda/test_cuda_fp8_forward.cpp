@@ -132,6 +132,18 @@ TEST_P(CudaFp8Forward, GqaMqaAndManyTiles) {
   Problem wide_causal = problem(1, 2, 2, 450, 2100, 64);
   wide_causal.causal = true;
   expect_passes_on_cuda(wide_causal);
+  // d = 128 past fwd_sm90_fp8_use_narrow's bounds: the 192-key blocks (shorter calls take the
+  // 128-key ones), without a mask, causal, and with a window and softcap.
+  Problem long_keys = problem(1, 4, 2, 130, 2200, 128);
+  expect_passes_on_cuda(long_keys);
+  Problem long_causal = problem(1, 2, 1, 300, 4200, 128);
+  long_causal.causal = true;
+  expect_passes_on_cuda(long_causal);
+  Problem long_window = problem(1, 2, 1, 200, 2500, 128);
+  long_window.window_left = 700;
+  long_window.window_right = 30;
+  long_window.softcap = 15.f;
+  expect_passes_on_cuda(long_window);
 }
 
 // Varlen with empty sequences and seqused_k: rows of V past a sequence's keys hold the next
