@@ -69,11 +69,15 @@ static_assert(fwd_table_entry_ok(32) && fwd_table_entry_ok(64) && fwd_table_entr
 // A tile of block_m query rows, 64 per MMA warpgroup (block_m / 64 of them beside the producer
 // warpgroup), against key blocks of block_n rows that stream through a ring of `stages`
 // K and V buffers. The head dims of Q/K (head_dim) and of V/O (head_dim_v) are separate
-// entries of the table, though only head_dim_v == head_dim is compiled so far.
+// entries of the table, though only head_dim_v == head_dim is compiled so far. blocks_per_sm > 1
+// puts that many blocks on an SM, each with its share of the registers and shared memory, so
+// that one block's tile boundaries and softmax chains overlap the others' products; a tile of
+// block_m = 64 (one MMA warpgroup) exists only that way.
 struct FwdSm90Tile {
   int block_m;
   int block_n;
   int stages;
+  int blocks_per_sm = 1;
 };
 
 // Head dims with a Hopper kernel (d == d_v); the others run on the sm80 kernels.
@@ -81,16 +85,23 @@ inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
 
 // Shapes follow what makes FlashAttention-3 fast: the S accumulator (block_n / 2 registers),
 // the O accumulator (head_dim_v / 2) and P in registers must fit the MMA warpgroups' budget
-// (240 registers with two of them, 160 with three), and Q plus two stages of K and V must fit
-// 227 KiB of shared memory. `narrow`: at d = 64 and 128 the tile of calls whose later query
-// blocks see more keys (causal), where a narrower key block wastes less of the diagonal blocks,
-// and of calls with few keys (kFwdSm90NarrowKeys), where a tile's fixed costs weigh more; at
+// (240 registers with two of them, 160 with three; with three blocks of one per SM, 136), and
+// Q plus two stages of K and V must fit 227 KiB of shared memory (a third of 228 with three
+// blocks). `narrow`: at d = 64 and 128 the tile of calls whose later query blocks see more
+// keys (causal), where a narrower key block wastes less of the diagonal blocks, and of calls
+// with few keys (kFwdSm90NarrowKeys), where a tile's fixed costs weigh more (at d = 64, where
+// those costs weigh most, three blocks of 64 rows per SM hide them behind each other); at
 // d = 192 and 256 a key block of 64, which a paged cache's pages of 64, 128, 256... hold whole
 // (fwd_sm90_paged_use_narrow), and the tile of packed GQA. Where it differs from the other,
-// both are compiled.
-constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false) {
+// both are compiled. `dropout`: the narrow tile of a dropout call at d = 64 stays one block of
+// 128 rows, since the draws' registers do not fit a third of the SM.
+constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false,
+                                    bool dropout = false) {
   if (head_dim != head_dim_v) return {0, 0, 0};
-  if (narrow && (head_dim == 64 || head_dim == 128)) return {128, 128, 2};
+  if (narrow && head_dim == 64) {
+    return dropout ? FwdSm90Tile{128, 128, 2} : FwdSm90Tile{64, 96, 2, 3};
+  }
+  if (narrow && head_dim == 128) return {128, 128, 2};
   if (narrow && (head_dim == 192 || head_dim == 256)) return {128, 64, 2};
   switch (head_dim) {
     case 64: return {192, 128, 2};
@@ -186,14 +197,23 @@ constexpr int fwd_sm90_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
          (v_ring > o_stage ? v_ring : o_stage) + 1024 + 1024;
 }
 
+// Shared memory a block may take: 227 KiB alone on an SM; with two, each also pays the 1 KiB
+// the hardware reserves per block out of the SM's 228.
+constexpr int fwd_sm90_smem_per_block(FwdSm90Tile t) {
+  return t.blocks_per_sm == 1 ? 227 * 1024 : (228 * 1024) / t.blocks_per_sm - 1024;
+}
+
 constexpr bool operator==(FwdSm90Tile a, FwdSm90Tile b) {
-  return a.block_m == b.block_m && a.block_n == b.block_n && a.stages == b.stages;
+  return a.block_m == b.block_m && a.block_n == b.block_n && a.stages == b.stages &&
+         a.blocks_per_sm == b.blocks_per_sm;
 }
 
 constexpr bool fwd_sm90_tile_valid(int head_dim, int head_dim_v, FwdSm90Tile t) {
-  return (t.block_m == 128 || t.block_m == 192) && t.block_n % 16 == 0 && t.block_n >= 16 &&
+  return (t.block_m == 128 || t.block_m == 192 || (t.block_m == 64 && t.blocks_per_sm > 1)) &&
+         t.block_n % 16 == 0 && t.block_n >= 16 &&
          t.block_n <= 256 && t.stages >= 2 && head_dim % 32 == 0 && head_dim_v % 32 == 0 &&
-         fwd_sm90_smem_bytes(head_dim, head_dim_v, t) <= 227 * 1024;
+         t.blocks_per_sm >= 1 && t.blocks_per_sm <= 4 &&
+         fwd_sm90_smem_bytes(head_dim, head_dim_v, t) <= fwd_sm90_smem_per_block(t);
 }
 
 constexpr bool fwd_sm90_table_entry_ok(int head_dim) {

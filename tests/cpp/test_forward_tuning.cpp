@@ -39,12 +39,35 @@ TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
   // Pages of 16 give both tiles boxes of 16: the dense forward's choice (wide past 2048 keys).
   EXPECT_FALSE(fwd_sm90_paged_use_narrow(128, false, 8192, 16));
   EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, true, 8192, 16));
-  // d = 64: both tiles have 128-key blocks.
+  // d = 64: 256-row pages take the wide tile's 128-key blocks whole, the narrow tile's 96 in
+  // boxes of 32.
   EXPECT_FALSE(fwd_sm90_paged_use_narrow(64, false, 8192, 256));
   // d = 192 and 256: 64-key blocks hold pages of 64 and more whole (boxes of 16 for 112 and 80).
   EXPECT_TRUE(fwd_sm90_paged_use_narrow(192, false, 8192, 256));
   EXPECT_TRUE(fwd_sm90_paged_use_narrow(256, true, 8192, 64));
   EXPECT_FALSE(fwd_sm90_paged_use_narrow(256, false, 8192, 16));
+}
+
+// Several blocks per SM: the d = 64 narrow tile runs three blocks of one MMA warpgroup, each
+// within a third of the SM's shared memory (not with dropout); one MMA warpgroup alone on an
+// SM is no tile.
+TEST(ForwardTuning, SeveralBlocksPerSm) {
+  using flashattn::cuda::fwd_sm90_smem_bytes;
+  using flashattn::cuda::fwd_sm90_smem_per_block;
+  using flashattn::cuda::fwd_sm90_tile_valid;
+  using flashattn::cuda::FwdSm90Tile;
+  const FwdSm90Tile narrow = fwd_sm90_tile(64, 64, true);
+  EXPECT_EQ(narrow.block_m, 64);
+  EXPECT_EQ(narrow.blocks_per_sm, 3);
+  EXPECT_LE(fwd_sm90_smem_bytes(64, 64, narrow), fwd_sm90_smem_per_block(narrow));
+  EXPECT_EQ(fwd_sm90_smem_per_block(narrow), 228 * 1024 / 3 - 1024);
+  EXPECT_EQ(fwd_sm90_tile(64, 64, false).blocks_per_sm, 1);
+  // With dropout the narrow tile stays one block of 128 rows.
+  EXPECT_TRUE(fwd_sm90_tile(64, 64, true, true) == (FwdSm90Tile{128, 128, 2}));
+  EXPECT_FALSE(fwd_sm90_tile_valid(64, 64, FwdSm90Tile{64, 96, 2, 1}));
+  EXPECT_TRUE(fwd_sm90_tile_valid(64, 64, FwdSm90Tile{64, 64, 2, 4}));
+  // d = 128 with 128-key blocks does not fit a third of the SM.
+  EXPECT_FALSE(fwd_sm90_tile_valid(128, 128, FwdSm90Tile{64, 128, 2, 3}));
 }
 
 TEST(ForwardTuning, DenseNarrowTileOnlyWhereItWasFaster) {

@@ -72,7 +72,7 @@ __device__ __forceinline__ void run_mma_warpgroup(const FwdSm90Params& params,
 }
 
 template <class T, class Shape, bool kPaged, bool kDropout>
-__global__ void __launch_bounds__(Shape::kThreads, 1)
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdSm90Params params) {
   static_assert(!(kPaged && kDropout), "a KV cache call has no dropout");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -69,9 +69,11 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
   const int heads = Shape::kPackGqa ? p.nheads_k : p.nheads;
   params.m_blocks = ((p.seqlen_q << params.group_shift) + Shape::kBlockM - 1) / Shape::kBlockM;
   params.tiles = p.batch * heads * params.m_blocks;
-  // Pairs balance the blocks when each takes several tiles; with fewer tiles than SMs, one
-  // tile per block ends sooner than the pair of the longest and the shortest.
-  params.paired_tiles = p.keys_grow_with_rows() && params.tiles > sms;
+  // Pairs balance the blocks when each takes several tiles; with fewer tiles than blocks run
+  // at once (SMs times the tile's blocks per SM), one tile per block ends sooner than the pair
+  // of the longest and the shortest.
+  const int slots = sms * Shape::kBlocksPerSm;  // blocks that run at once
+  params.paired_tiles = p.keys_grow_with_rows() && params.tiles > slots;
   params.zero_v_tail = p.is_varlen() || p.seqused_k != nullptr || kPaged;
   const bool varlen = p.is_varlen();
   const int q_rows = varlen ? p.total_q : p.seqlen_q;
@@ -114,11 +116,12 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
 
   auto kernel = &fwd_kernel<T, Shape, kPaged, kDropout>;
   constexpr int kSmemBytes = fwd_sm90_storage_bytes<Shape>();
+  static_assert(fwd_sm90_storage_fits<Shape>(), "the blocks of an SM exceed its shared memory");
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int units = params.paired_tiles ? p.batch * heads * ((params.m_blocks + 1) / 2)
                                         : params.tiles;
-  const int grid = units < sms ? units : sms;
+  const int grid = units < slots ? units : slots;
   kernel<<<grid, Shape::kThreads, kSmemBytes, stream>>>(params);
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
@@ -129,7 +132,7 @@ Status launch_forward(const core::AttentionParams& p, cudaStream_t stream,
 // dropout calls run one head per tile (the packing is a speed choice; the result is the same).
 template <class T, int D, bool kDropout>
 Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
-  using Narrow = FwdSm90TableTile<D, D, true>;
+  using Narrow = FwdSm90TableTile<D, D, true, kDropout>;
   if constexpr (!kDropout) {
     if (fwd_sm90_pack_gqa(p.nheads, p.nheads_k, p.seqlen_q, Narrow::value.block_m)) {
       return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
@@ -148,8 +151,11 @@ template <class T, int D>
 int forward_smem_bytes() {
   // The packed-GQA kernel's storage is the narrow tile's.
   const int narrow = fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>();
+  const int narrow_dropout =
+      fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>();
   const int other = fwd_sm90_storage_bytes<FwdShape<D, D>>();
-  return narrow > other ? narrow : other;
+  const int most = narrow > other ? narrow : other;
+  return narrow_dropout > most ? narrow_dropout : most;
 }
 
 // The paged prefill: the tile whose key blocks take the fewest boxes of the cache's pages

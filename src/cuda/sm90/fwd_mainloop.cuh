@@ -128,16 +128,20 @@ struct FwdMainloop {
   }
 
   // The warpgroups issue their products in turn: wait for ours, then pass it on.
+  // A block of one MMA warpgroup has no turns to take (its neighbours on the SM are other blocks).
+  static constexpr bool kTurns = Shape::kMmaWarpgroups > 1;
   __device__ __forceinline__ void take_turn() const {
-    prim::named_sync(kFwdTurnBarrier + warpgroup, 256);
+    if constexpr (kTurns) prim::named_sync(kFwdTurnBarrier + warpgroup, 256);
   }
   __device__ __forceinline__ void pass_turn() const {
-    const int next = warpgroup + 1 == Shape::kMmaWarpgroups ? 0 : warpgroup + 1;
-    prim::named_arrive(kFwdTurnBarrier + next, 256);
+    if constexpr (kTurns) {
+      const int next = warpgroup + 1 == Shape::kMmaWarpgroups ? 0 : warpgroup + 1;
+      prim::named_arrive(kFwdTurnBarrier + next, 256);
+    }
   }
   // Before the first tile: the first warpgroup holds the turn.
   __device__ __forceinline__ void start_turns() const {
-    if (warpgroup == 0) prim::named_arrive(kFwdTurnBarrier, 256);
+    if (kTurns && warpgroup == 0) prim::named_arrive(kFwdTurnBarrier, 256);
   }
 
   __device__ __forceinline__ void issue_scores(float (&s)[kBlockN / 2], uint64_t q_desc,

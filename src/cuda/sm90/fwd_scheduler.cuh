@@ -3,13 +3,14 @@
 // that both walk the same tiles and key blocks without talking to each other.
 //
 // A tile is one block of block_m query rows of one (batch entry, query head). The grid has at
-// most one block per SM, and block i takes the units i, i + grid, i + 2 grid, ... of an order
-// in which the tiles of a head are consecutive, so the blocks running at once share the K
-// and V of few heads, which stay in L2 (without it, short sequences re-read K and V from
-// memory for every query block). A unit is one tile, except when later query blocks see more
-// keys (a causal mask, or a right window without a left one): then it is the pair of query
-// blocks k and m_blocks - 1 - k of a head, the longest with the shortest, whose costs add up
-// to about the same for every pair, so the blocks stay balanced.
+// most as many blocks as run at once (the tile's blocks_per_sm per SM), and block i takes the
+// units i, i + grid, i + 2 grid, ... of an order in which the tiles of a head are
+// consecutive, so the blocks running at once share the K and V of few heads, which stay in
+// L2 (without it, short sequences re-read K and V from memory for every query block). A unit
+// is one tile, except when later query blocks see more keys (a causal mask, or a right window
+// without a left one): then it is the pair of query blocks k and m_blocks - 1 - k of a head,
+// the longest with the shortest, whose costs add up to about the same for every pair, so the
+// blocks stay balanced.
 //
 // Packed GQA (kPacked): the tiles of a (batch entry, KV head) hold its query heads' rows
 // together, G = 2^group_shift of them: packed row r is query r >> group_shift of query head

@@ -6,7 +6,8 @@
 // cache; the others exit after giving their registers away), warpgroups 1 .. kMmaWarpgroups
 // each own 64 query rows of the tile. setmaxnreg moves the producer's registers to the MMA
 // warpgroups: 128 x 24 + 256 x 240 (two of them) or 128 x 32 + 384 x 160 (three) fit the 64K
-// register file.
+// register file; a tile of several blocks per SM (FwdSm90Tile::blocks_per_sm) splits the
+// block's share the same way (three blocks of one MMA warpgroup: 128 x 24 + 128 x 136).
 //
 // kFp8T: q, k and v are e4m3 (the output stays 16-bit). Operand tiles are then 8-bit, in panels
 // of 128 columns, and wgmma steps 32 along K. e4m3 wgmma reads both shared operands K-major,
@@ -23,10 +24,11 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The table's tile for (D, DV), or its narrow one (forward_tuning.hpp).
-template <int D, int DV, bool kNarrow = false>
+// The table's tile for (D, DV), or its narrow one, of a call with or without dropout
+// (forward_tuning.hpp).
+template <int D, int DV, bool kNarrow = false, bool kDropout = false>
 struct FwdSm90TableTile {
-  static constexpr FwdSm90Tile value = fwd_sm90_tile(D, DV, kNarrow);
+  static constexpr FwdSm90Tile value = fwd_sm90_tile(D, DV, kNarrow, kDropout);
 };
 
 // The FP8 table's tile for head dim D, or its narrow one (forward_tuning.hpp).
@@ -76,10 +78,23 @@ struct FwdShape {
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kMmaWarps = kMmaThreads / 32;
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;  // warps 1..3 of warpgroup 0
-  static constexpr int kProducerRegisters = kMmaWarpgroups == 2 ? (kFp8 ? 40 : 24) : 32;
-  static constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (kFp8 ? 232 : 240) : 160;
-  static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <= 65536,
+  static constexpr int kBlocksPerSm = kTile.blocks_per_sm;
+  // A block launches with an equal share of the register file per thread (kLaunchRegisters,
+  // what __launch_bounds__ gives ptxas); setmaxnreg then moves the producer's to the MMA
+  // warpgroups within the block's share.
+  static constexpr int kLaunchRegisters = 65536 / (kThreads * kBlocksPerSm) / 8 * 8;
+  static constexpr int kProducerRegisters =
+      kBlocksPerSm > 1 ? 24 : (kMmaWarpgroups == 2 ? (kFp8 ? 40 : 24) : 32);
+  static constexpr int kMmaRegisters =
+      kBlocksPerSm > 1
+          ? (kLaunchRegisters * kThreads - 128 * kProducerRegisters) / kMmaThreads / 8 * 8
+          : (kMmaWarpgroups == 2 ? (kFp8 ? 232 : 240) : 160);
+  static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <=
+                    65536 / kBlocksPerSm,
                 "the register budgets exceed the register file");
+  static_assert(kBlocksPerSm == 1 || !kFp8, "FP8 runs one block per SM");
+  static_assert(kMmaWarpgroups > 1 || kBlocksPerSm > 1,
+                "one MMA warpgroup alone on an SM leaves the tensor cores idle in its softmax");
   static_assert(D % 16 == 0 && DV % 16 == 0, "wgmma steps of 16 along K and N");
 
   // Operand elements: 2 bytes, or 1 (e4m3); the K of one wgmma (32 bytes of a line).
@@ -147,6 +162,10 @@ struct FwdStorage<Shape, false> : FwdRawV<Shape> {
 template <class Shape>
 constexpr int fwd_sm90_storage_bytes() {
   return static_cast<int>(sizeof(FwdStorage<Shape>)) + 1024;
+}
+template <class Shape>
+constexpr bool fwd_sm90_storage_fits() {
+  return fwd_sm90_storage_bytes<Shape>() <= fwd_sm90_smem_per_block(Shape::kTile);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -43,8 +43,8 @@ TEST_F(CudaForwardSanitize, SmallProblems) {
 
 // The Hopper kernel's paths (on other GPUs these run the sm80 kernel): blocks taking several
 // tiles (more tiles than SMs), the paired causal order, the wide and narrow tiles (d = 128 and
-// 256), O stored from registers (d = 256), V rows past seqused_k zeroed, GQA heads packed into
-// one tile.
+// 256; d = 64's narrow one, three blocks per SM, in its many-tile causal call), O stored from
+// registers (d = 256), V rows past seqused_k zeroed, GQA heads packed into one tile.
 TEST_F(CudaForwardSanitize, HopperPaths) {
   Problem many_tiles = dense_problem(DType::kBF16, {1, 140, 20, 10, 300, 64}, 11);
   Problem paired = dense_problem(DType::kF16, {1, 70, 10, 300, 300, 128}, 12);
@@ -60,13 +60,15 @@ TEST_F(CudaForwardSanitize, HopperPaths) {
   // d = 256 causal on at most 1024 keys: the narrow 64-key tile.
   Problem narrow_d256 = dense_problem(DType::kBF16, {1, 8, 2, 600, 600, 256}, 18);
   narrow_d256.causal = true;
+  Problem narrow_d64 = dense_problem(DType::kBF16, {1, 110, 10, 250, 250, 64}, 19);
+  narrow_d64.causal = true;
   Problem unused_keys = dense_problem(DType::kF16, {0, 2, 1, 0, 0, 128}, 15);
   unused_keys.seqlens_q = {30, 70};
   unused_keys.seqlens_k = {100, 200};
   unused_keys.seqused_k = {60, 130};
   for (const Problem& p :
-       {many_tiles, paired, wide, o_from_registers, narrow_d256, unused_keys, packed_gqa,
-        packed_varlen}) {
+       {many_tiles, paired, wide, o_from_registers, narrow_d256, narrow_d64, unused_keys,
+        packed_gqa, packed_varlen}) {
     expect_passes(fa_test::check_forward(p, cuda_runner()));
   }
 }
