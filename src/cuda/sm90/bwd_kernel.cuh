@@ -38,6 +38,7 @@
 
 #include <math_constants.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -96,10 +97,6 @@ struct BwdShape {
   // minimum two wavefronts.
   static constexpr int kStashStride = D + 8;
   static constexpr int kStashBytes = kDqWriter ? kBlockM * kStashStride * 4 : 0;
-  // The stashes' handoff: an mbarrier per buffer for "full" (every MMA thread arrives after
-  // its stores, the writer waits) and one for "empty" (the writer's half arrives after its
-  // loads, the MMA threads wait before the next stores into the buffer).
-  static constexpr int kStashBarrierBytes = kDqWriter ? 4 * 8 : 0;
   // Without the writer each MMA warp adds its own dQ rows, regrouped through a shared-memory
   // scratch of 16 rows x 32 floats so that 8 lanes cover a row's 128-byte line: L2 takes fp32
   // reductions faster in whole lines than in the 32-byte row pieces of the accumulator
@@ -118,12 +115,44 @@ struct BwdShape {
   using KTile = Swizzle128Tile<kBlockN, D>;         // K and V
   using PTile = Swizzle128Tile<kBlockN, kBlockM>;   // dS^T (and P^T): rows keys, columns queries
   static constexpr int kPTiles = kKeySplit ? 1 : 2;
-  static constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;  // [buffer][lse2 | D] per row
-  static constexpr int kSmemBytes = QTile::kAlignment + 4 * QTile::kBytes + 2 * KTile::kBytes +
-                                    kPTiles * PTile::kBytes + kStatsBytes + 2 * kStashBytes +
-                                    kStashBarrierBytes + kTile.warps * kScratchBytes;
-  static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, kTile), "smem size disagrees with the table");
 };
+
+// Shared memory (the dynamic allocation, aligned up to the 1024-byte swizzle atom): Q and dO
+// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics; then
+// either the dQ writer's two stashes and their mbarriers or each warp's dQ scratch. The kernel
+// addresses it in the shared window, as the aligned base plus a member's offset.
+// The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
+// thread arrives after its stores, the writer waits) and one for "empty" (the writer's half
+// arrives after its loads, the MMA threads wait before the next stores into the buffer).
+template <class S, bool kDqWriter = S::kDqWriter>
+struct BwdDqStorage {
+  alignas(8) uint8_t stash[2][S::kStashBytes];
+  uint64_t stash_full[2], stash_empty[2];
+};
+// Without the writer: each MMA warp's scratch.
+template <class S>
+struct BwdDqStorage<S, false> {
+  alignas(16) uint8_t scratch[S::kTile.warps][S::kScratchBytes];
+};
+
+template <class S>
+struct BwdStorage {
+  alignas(1024) uint8_t q[2][S::QTile::kBytes];
+  uint8_t dout[2][S::QTile::kBytes];
+  uint8_t k[S::KTile::kBytes];
+  uint8_t v[S::KTile::kBytes];
+  uint8_t ds_pt[S::kPTiles][S::PTile::kBytes];  // dS^T, then P^T (column split only)
+  float stats[2][2][S::kBlockM];                 // [buffer][lse2 | D][row]
+  BwdDqStorage<S> dq;
+};
+
+// Bytes a block asks for: the storage up to its last member (sizeof would round it up to the
+// 1024-byte alignment) and the slack to align it.
+template <class S>
+constexpr int bwd_storage_bytes() {
+  return S::QTile::kAlignment +
+         static_cast<int>(offsetof(BwdStorage<S>, dq) + sizeof(BwdDqStorage<S>));
+}
 
 // Stores a warp's 16-bit register-A fragment set (a[s]: k-step s, i.e. columns
 // [col0 + 16s, col0 + 16s + 16) of rows [row0, row0 + 16)) into a Swizzle128Tile; each store
@@ -196,19 +225,27 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int g_begin = kv_split * group / w.kv_splits;
   const int g_end = (kv_split + 1) * group / w.kv_splits;
 
-  // Tiles on 1024-byte boundaries (the swizzle atom), in the order of kSmemBytes.
+  // BwdStorage's members in the shared window, from its base on the 1024-byte swizzle atom.
+  using Storage = BwdStorage<S>;
+  using DqStorage = BwdDqStorage<S>;
   const uint32_t raw_addr = prim::smem_addr(smem_raw);
-  const uint32_t q_smem = (raw_addr + QTile::kAlignment - 1) & ~uint32_t(QTile::kAlignment - 1);
-  const uint32_t do_smem = q_smem + 2 * QTile::kBytes;
-  const uint32_t k_smem = do_smem + 2 * QTile::kBytes;
-  const uint32_t v_smem = k_smem + KTile::kBytes;
-  const uint32_t ds_smem = v_smem + KTile::kBytes;
-  const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only (else: the stats)
-  float* stats = reinterpret_cast<float*>(
-      smem_raw + (ds_smem + S::kPTiles * PTile::kBytes - raw_addr));
-  const uint32_t stash_smem = ds_smem + S::kPTiles * PTile::kBytes + S::kStatsBytes;  // [2]
-  const uint32_t stash_bars = stash_smem + 2 * S::kStashBytes;  // full[2], empty[2]
-  const uint32_t scratch_smem = stash_bars + S::kStashBarrierBytes;  // [warp]
+  const uint32_t base = (raw_addr + QTile::kAlignment - 1) & ~uint32_t(QTile::kAlignment - 1);
+  const uint32_t q_smem = base + offsetof(Storage, q);
+  const uint32_t do_smem = base + offsetof(Storage, dout);
+  const uint32_t k_smem = base + offsetof(Storage, k);
+  const uint32_t v_smem = base + offsetof(Storage, v);
+  const uint32_t ds_smem = base + offsetof(Storage, ds_pt);
+  const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
+  float* stats = reinterpret_cast<float*>(smem_raw + (base + offsetof(Storage, stats) - raw_addr));
+  const uint32_t dq_smem = base + offsetof(Storage, dq);
+  uint32_t stash_smem = 0, stash_bars = 0, scratch_smem = 0;
+  if constexpr (S::kDqWriter) {
+    stash_smem = dq_smem + offsetof(DqStorage, stash);            // [2]
+    stash_bars = dq_smem + offsetof(DqStorage, stash_full);       // full[2], empty[2]
+    static_assert(offsetof(DqStorage, stash_empty) == offsetof(DqStorage, stash_full) + 16);
+  } else {
+    scratch_smem = dq_smem + offsetof(DqStorage, scratch);  // [warp]
+  }
   auto stash_full = [&](int buffer) { return stash_bars + 8 * buffer; };
   auto stash_empty = [&](int buffer) { return stash_bars + 16 + 8 * buffer; };
   if constexpr (S::kDqWriter) {

@@ -14,13 +14,16 @@ template <class T, int D, bool kDropout, bool kDeterministic>
 Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
                        cudaStream_t stream) {
   using S = BwdShape<D, kDeterministic>;
+  constexpr int kSmemBytes = bwd_storage_bytes<S>();
+  static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, S::kTile),
+                "the storage disagrees with the table's size");
   auto kernel = &bwd_kernel<T, D, kDropout, kDeterministic>;
   FA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k * w.kv_splits,
                   p.batch);
   const ScoreScales scores = score_scales(p);
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, scores, w);
+  kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, scores, w);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
 }
 
@@ -33,7 +36,7 @@ Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaSt
 
 template <class T, int D>
 int backward_smem_bytes() {
-  return BwdShape<D>::kSmemBytes;
+  return bwd_storage_bytes<BwdShape<D>>();
 }
 
 }  // namespace flashattn::cuda::sm90
