@@ -1,0 +1,108 @@
+// The compile-time shape of the Hopper backward for head dim D (the tile table's
+// bwd_sm90_tile): the warpgroups and their register budgets, the operand tiles, each
+// warpgroup's share of the products, and shared memory as a struct (BwdStorage).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/backward_tuning.hpp"
+#include "cuda/sm90/swizzle128_tile.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
+// the writer's halves are compiled into it alone: in one kernel with the default mode they
+// made the 24-register writer spill more and slowed the default mode (bench/RESULTS.md).
+template <int D, bool kDeterministic = false>
+struct BwdShape {
+  static constexpr int kHeadDim = D;
+  static constexpr BwdSm90Tile kTile = bwd_sm90_tile(D);
+  static_assert(bwd_sm90_tile_valid(D, kTile), "invalid sm90 backward tile");
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr bool kKeySplit = kBlockN == 128;
+  // The dQ writer (bwd_sm90_tile): a third warpgroup takes each step's dQ from a
+  // double-buffered fp32 stash and adds it into the accumulator, in turn in the deterministic
+  // mode, so that the MMA warpgroups neither issue the atomics nor wait for turns. Without it
+  // the MMA warpgroups add dQ themselves.
+  static constexpr bool kDqWriter = kTile.dq_writer;
+  static constexpr int kMmaThreads = 32 * kTile.warps;
+  static constexpr int kThreads = kMmaThreads + (kDqWriter ? 128 : 0);
+  // Deterministic with kTile.writer_halves: the writer's two halves of 64 threads take
+  // alternate steps, half i always stash buffer i, so that one half's turn release, which waits
+  // for its additions to land, overlaps the other half's additions. Each stash handoff joins
+  // the MMA warpgroups and the writer (or its half).
+  static constexpr int kWriterHalves = kDeterministic && kTile.writer_halves ? 2 : 1;
+  static constexpr int kWriterHalfThreads = 128 / kWriterHalves;
+  // Registers per thread after the reallocation (registers.cuh): 2 x 128 x 240 + 128 x 24
+  // fits the 64K register file.
+  static constexpr int kMmaRegisters = 240;
+  static constexpr int kWriterRegisters = 24;
+  // Stash rows are padded by 8 floats: a warp's fragment store then covers the 32 banks in the
+  // minimum two wavefronts.
+  static constexpr int kStashStride = D + 8;
+  static constexpr int kStashBytes = kDqWriter ? kBlockM * kStashStride * 4 : 0;
+  // Without the writer each MMA warp adds its own dQ rows, regrouped through a shared-memory
+  // scratch of 16 rows x 32 floats so that 8 lanes cover a row's 128-byte line: L2 takes fp32
+  // reductions faster in whole lines than in the 32-byte row pieces of the accumulator
+  // layout (bench/RESULTS.md).
+  static constexpr int kScratchRowBytes = 32 * 4;
+  static constexpr int kScratchBytes = kDqWriter ? 0 : 16 * kScratchRowBytes;  // per warp
+  // A warpgroup's share of each product (rows x columns; the rows are always 64).
+  // S^T and dP^T: the key split takes the block's queries 64 at a time (kSdpParts passes, so
+  // that S^T, dP^T, dK and dV fit the registers together even at block_m 128).
+  static constexpr int kSdpQueries = kKeySplit ? 64 : kBlockM / 2;
+  static constexpr int kSdpParts = kKeySplit ? kBlockM / 64 : 1;
+  static constexpr int kKvCols = kKeySplit ? D : D / 2;                   // dK, dV
+  static constexpr bool kDqSplitsQueries = kBlockM == 128;
+  static constexpr int kDqCols = kDqSplitsQueries ? D : D / 2;            // dQ
+  using QTile = Swizzle128Tile<kBlockM, D>;         // Q and dO
+  using KTile = Swizzle128Tile<kBlockN, D>;         // K and V
+  using PTile = Swizzle128Tile<kBlockN, kBlockM>;   // dS^T (and P^T): rows keys, columns queries
+  static constexpr int kPTiles = kKeySplit ? 1 : 2;
+};
+
+// Shared memory (the dynamic allocation, aligned up to the 1024-byte swizzle atom): Q and dO
+// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics; then
+// either the dQ writer's two stashes and their mbarriers or each warp's dQ scratch. The kernel
+// addresses it in the shared window, as the aligned base plus a member's offset.
+// The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
+// thread arrives after its stores, the writer waits) and one for "empty" (the writer's half
+// arrives after its loads, the MMA threads wait before the next stores into the buffer).
+template <class S, bool kDqWriter = S::kDqWriter>
+struct BwdDqStorage {
+  alignas(8) uint8_t stash[2][S::kStashBytes];
+  uint64_t stash_full[2], stash_empty[2];
+};
+// Without the writer: each MMA warp's scratch.
+template <class S>
+struct BwdDqStorage<S, false> {
+  alignas(16) uint8_t scratch[S::kTile.warps][S::kScratchBytes];
+};
+
+template <class S>
+struct BwdStorage {
+  alignas(1024) uint8_t q[2][S::QTile::kBytes];
+  uint8_t dout[2][S::QTile::kBytes];
+  uint8_t k[S::KTile::kBytes];
+  uint8_t v[S::KTile::kBytes];
+  uint8_t ds_pt[S::kPTiles][S::PTile::kBytes];  // dS^T, then P^T (column split only)
+  float stats[2][2][S::kBlockM];                 // [buffer][lse2 | D][row]
+  BwdDqStorage<S> dq;
+};
+
+// Bytes a block asks for: the storage up to its last member (sizeof would round it up to the
+// 1024-byte alignment) and the slack to align it.
+template <class S>
+constexpr int bwd_storage_bytes() {
+  return S::QTile::kAlignment +
+         static_cast<int>(offsetof(BwdStorage<S>, dq) + sizeof(BwdDqStorage<S>));
+}
+
+// Named barriers (prim/named_barrier.cuh): the MMA warpgroups among themselves, and per writer
+// half its threads among themselves. (The stash handoff between them is on mbarriers:
+// BwdDqStorage.)
+enum BwdBarrier : int { kMmaBarrier = 1, kWriterBarrier = 2 };
+
+}  // namespace flashattn::cuda::sm90
