@@ -61,6 +61,7 @@
 #include "cuda/common/block_mask.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/common/tile_copy.cuh"
+#include "cuda/sm90/bwd_epilogue.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/bwd_shape.cuh"
 #include "cuda/sm90/mbarrier.cuh"
@@ -129,8 +130,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
                                               kDeterministic ? w.turn_group_blocks : 0);
   if (seq.empty()) return;
   if (kMayRotate && w.rotated) seq.use_rotated_order(p);
-  const int seqlen_q = seq.seqlen_q, key_rows = seq.key_rows, seqlen_k = seq.seqlen_k;
-  const int64_t q_start = seq.q_start, k_start = seq.k_start, q_row0 = seq.q_row0;
+  const int seqlen_q = seq.seqlen_q, seqlen_k = seq.seqlen_k;
+  const int64_t q_row0 = seq.q_row0;
   const int m_blocks = seq.m_blocks;
   const int n0 = n * kBlockN;
   const int group = p.nheads / p.nheads_k;
@@ -595,79 +596,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   prim::thread::cp_async_wait<0>();
   if constexpr (!S::kDqWriter) release_turn();
 
+  const BwdEpilogue<T, S> epilogue{p, n0, key0, kv_col0, frag_row, frag_col, tid};
   if (w.kv_splits > 1) {
-    // This split's share of dK (scaled) and dV, fp32 from the fragments (bwd_combine_dkv adds
-    // the splits): every row of the key block up to key_rows, zeros where no query attends.
-    const int rows = min(kBlockN, key_rows - n0);
-    const int64_t row_floats = static_cast<int64_t>(p.nheads_k) * D;
-    const int64_t at = kv_split * w.kv_stride +
-                       ((seq.varlen ? k_start : static_cast<int64_t>(b) * p.seqlen_k) + n0) *
-                           row_floats +
-                       hk * D;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = key0 + frag_row + 8 * half;
-      if (row < rows) {
-#pragma unroll
-        for (int j = 0; j < S::kKvCols / 8; ++j) {
-          const int64_t e = at + row * row_floats + kv_col0 + 8 * j + frag_col;
-          const int i = 4 * j + 2 * half;
-          *reinterpret_cast<float2*>(w.dk_partial + e) =
-              make_float2(dk[i] * p.scale, dk[i + 1] * p.scale);
-          *reinterpret_cast<float2*>(w.dv_partial + e) = make_float2(dv[i], dv[i + 1]);
-        }
-      }
-    }
+    epilogue.store_partial(w, seq, b, kv_split, hk, dk, dv);
     return;
   }
-
-  // Epilogue: dK (scaled) and dV staged in shared memory (Q and dO are done), then written in
-  // 16-byte row chunks where the outputs allow, else element by element; zero for keys nobody
-  // attends, nothing past key_rows.
-  static_assert(2 * KTile::kBytes <= 4 * QTile::kBytes, "dK and dV staged over Q and dO");
-  const uint32_t dk_stage = q_smem, dv_stage = q_smem + KTile::kBytes;
-  prim::named_sync(kMmaBarrier, S::kMmaThreads);  // every warpgroup is done with Q and dO
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = key0 + frag_row + 8 * half;
-#pragma unroll
-    for (int j = 0; j < S::kKvCols / 8; ++j) {
-      const uint32_t offset = KTile::byte_offset(row, kv_col0 + 8 * j + frag_col);
-      const int i = 4 * j + 2 * half;
-      prim::store_shared(dk_stage + offset,
-                         prim::thread::pack2<T>(dk[i] * p.scale, dk[i + 1] * p.scale));
-      prim::store_shared(dv_stage + offset, prim::thread::pack2<T>(dv[i], dv[i + 1]));
-    }
-  }
-  prim::named_sync(kMmaBarrier, S::kMmaThreads);
-  T* dk_out = const_cast<T*>(seq.base(p.dk, hk, k_start)) + n0 * p.dk.row_stride;
-  T* dv_out = const_cast<T*>(seq.base(p.dv, hk, k_start)) + n0 * p.dv.row_stride;
-  const unsigned char* stage = smem_raw + (dk_stage - raw_addr);
-  const int rows = min(kBlockN, key_rows - n0);
-  auto chunks_fit = [](const T* out, int64_t row_stride) {
-    return reinterpret_cast<uintptr_t>(out) % 16 == 0 && row_stride % 8 == 0;
-  };
-  if (chunks_fit(dk_out, p.dk.row_stride) && chunks_fit(dv_out, p.dv.row_stride)) {
-    constexpr int kChunks = kBlockN * D / 8;
-    for (int c = tid; c < 2 * kChunks; c += S::kMmaThreads) {
-      const int tile = c / kChunks, row = c % kChunks / (D / 8), chunk = c % (D / 8);
-      if (row < rows) {
-        const uint4 chunk_value = *reinterpret_cast<const uint4*>(stage + tile * KTile::kBytes +
-                                                        KTile::byte_offset(row, 8 * chunk));
-        T* out = tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride;
-        *reinterpret_cast<uint4*>(out + 8 * chunk) = chunk_value;
-      }
-    }
-  } else {
-    for (int e = tid; e < 2 * kBlockN * D; e += S::kMmaThreads) {
-      const int tile = e / (kBlockN * D), row = e % (kBlockN * D) / D, col = e % D;
-      if (row < rows) {
-        const T value = *reinterpret_cast<const T*>(stage + tile * KTile::kBytes +
-                                                KTile::byte_offset(row, col));
-        (tile == 0 ? dk_out + row * p.dk.row_stride : dv_out + row * p.dv.row_stride)[col] = value;
-      }
-    }
-  }
+  epilogue.store(seq, hk, q_smem, smem_raw + (q_smem - raw_addr), dk, dv);
 #endif
 }
 
