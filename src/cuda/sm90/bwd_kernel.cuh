@@ -32,8 +32,9 @@
 // small shared-memory scratch so that its atomics cover whole 128-byte lines
 // (BwdShape::kScratchBytes), and in the deterministic mode takes its turns itself.
 //
-// Parts: bwd_shape.cuh (the shape, the register budgets, shared memory as a struct) and
-// bwd_scheduler.cuh (the order of a block's steps, which the dQ writer walks too).
+// Parts: bwd_shape.cuh (the shape, the register budgets, shared memory as a struct),
+// bwd_scheduler.cuh (the order of a block's steps), bwd_dq_writer.cuh (the third warpgroup)
+// and bwd_epilogue.cuh (dK and dV out); this file holds the MMA warpgroups' step.
 //
 // The body is compiled in the sm_90a device pass only; the dispatch (backward.cu) runs this
 // kernel only on a device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -61,6 +62,7 @@
 #include "cuda/common/block_mask.cuh"
 #include "cuda/common/score_transform.cuh"
 #include "cuda/common/tile_copy.cuh"
+#include "cuda/sm90/bwd_dq_writer.cuh"
 #include "cuda/sm90/bwd_epilogue.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/bwd_shape.cuh"
@@ -505,52 +507,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   if constexpr (S::kDqWriter) {
     if (group_index == 2) {
       wg::lower_registers<S::kWriterRegisters>();
-      // Each step of its half: wait for the stash (and, deterministic, first for the turn:
-      // the half's thread 0 spins before the half's barrier that releases the other threads),
-      // add it into the accumulator with 16-byte atomics, free the stash, and pass the turn on
-      // once the additions are issued by every thread of the half.
-      const int writer_tid = tid - S::kMmaThreads;
-      const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
-      const int half_tid =
-          S::kWriterHalves == 2 ? writer_tid % S::kWriterHalfThreads : writer_tid;
-      int g = g_begin, m = m_first;
-      if (S::kWriterHalves == 2 && writer_half == 1) advance(g, m);  // from the second step
-      for (int iteration = writer_half; m < m_blocks; iteration += S::kWriterHalves) {
-        const int buffer = iteration % 2;
-        const int h = hk * group + g;
-        const int m0 = m * kBlockM;
-        int32_t* counter = nullptr;
-        if constexpr (kDeterministic) {
-          counter = seq.turn_counter(p, w, h, m, dq_slice);
-          const int turn = bwd_slice_turn(seq.turn(m, seq.blocks_of(m)), w.dq_slice_bits);
-          if (half_tid == 0) {
-            while (prim::load_acquire(counter) != turn) {
-            }
-          }
-          prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
-        }
-        mbarrier::wait(stash_full(buffer), (iteration / 2) & 1);
-        const float* stash = reinterpret_cast<const float*>(
-            smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
-        float* accum =
-            w.dq_accum + ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
-        const int rows = min(kBlockM, seqlen_q - m0);
-#pragma unroll 4
-        for (int q = half_tid; q < kBlockM * D / 4; q += S::kWriterHalfThreads) {
-          const int row = q / (D / 4), col = 4 * (q % (D / 4));
-          if (row < rows) {
-            atomicAdd(reinterpret_cast<float4*>(accum + row * accum_row_stride + col),
-                      *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
-          }
-        }
-        mbarrier::arrive(stash_empty(buffer));
-        if constexpr (kDeterministic) {
-          prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
-          if (half_tid == 0) prim::add_release(counter, 1);
-        }
-        advance(g, m);
-        if (S::kWriterHalves == 2 && m < m_blocks) advance(g, m);
-      }
+      const BwdDqWriter<S, kDeterministic, decltype(seq)> writer{
+          p, w, seq, order, hk, group, dq_slice, accum_row0, accum_row_stride,
+          smem_raw, raw_addr, stash_smem, stash_bars};
+      writer.run(tid);
       return;
     }
     wg::raise_registers<S::kMmaRegisters>();

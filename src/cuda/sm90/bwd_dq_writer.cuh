@@ -1,0 +1,97 @@
+// The Hopper backward's dQ writer (BwdShape::kDqWriter): a third warpgroup, with few
+// registers, that takes each step's dQ from the MMA warpgroups' double-buffered fp32 stash
+// (BwdDqStorage) and adds it into the workspace's accumulator with 16-byte atomics, so that
+// the MMA warpgroups neither issue the atomics nor, in the deterministic mode, wait for turns.
+//
+// Each step of its half: wait for the stash (and, deterministic, first for the turn: the
+// half's thread 0 spins before the half's barrier that releases the other threads), add it into
+// the accumulator, free the stash, and pass the turn on once the additions are issued by every
+// thread of the half. With two halves (BwdShape::kWriterHalves) they take alternate steps, half
+// i always stash buffer i.
+#pragma once
+
+#include <cstdint>
+
+#include "core/params.hpp"
+#include "cuda/backward_workspace.hpp"
+#include "cuda/bwd_deterministic_plan.hpp"
+#include "cuda/prim/atomics.cuh"
+#include "cuda/prim/named_barrier.cuh"
+#include "cuda/sm90/bwd_scheduler.cuh"
+#include "cuda/sm90/bwd_shape.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class S, bool kDeterministic, class Sequence>
+struct BwdDqWriter {
+  static constexpr int D = S::kHeadDim;
+  static constexpr int kBlockM = S::kBlockM;
+
+  const core::BackwardParams& p;
+  const BwdWorkspace& w;
+  const Sequence& seq;
+  const BwdStepOrder<Sequence>& order;
+  int hk, group;             // the KV head, and its query heads
+  int dq_slice;              // the accumulator slice (bwd_deterministic_plan.hpp)
+  int64_t accum_row0;        // the sequence's first row in that slice
+  int64_t accum_row_stride;  // nheads x D floats
+  const unsigned char* smem_raw;  // the dynamic shared memory, generic, at raw_addr
+  uint32_t raw_addr;
+  uint32_t stash_smem, stash_bars;  // BwdDqStorage::stash and ::stash_full
+
+  __device__ __forceinline__ uint32_t stash_full(int buffer) const {
+    return stash_bars + 8 * buffer;
+  }
+  __device__ __forceinline__ uint32_t stash_empty(int buffer) const {
+    return stash_bars + 16 + 8 * buffer;
+  }
+
+  // tid: the block's thread index (the writer's threads follow the MMA warpgroups').
+  __device__ __forceinline__ void run(int tid) const {
+    const int writer_tid = tid - S::kMmaThreads;
+    const int m_blocks = order.m_blocks;
+    const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
+    const int half_tid =
+        S::kWriterHalves == 2 ? writer_tid % S::kWriterHalfThreads : writer_tid;
+    int g = order.g_begin, m = order.m_first;
+    if (S::kWriterHalves == 2 && writer_half == 1) order.advance(g, m);  // from the second step
+    for (int iteration = writer_half; m < m_blocks; iteration += S::kWriterHalves) {
+      const int buffer = iteration % 2;
+      const int h = hk * group + g;
+      const int m0 = m * kBlockM;
+      int32_t* counter = nullptr;
+      if constexpr (kDeterministic) {
+        counter = seq.turn_counter(p, w, h, m, dq_slice);
+        const int turn = bwd_slice_turn(seq.turn(m, seq.blocks_of(m)), w.dq_slice_bits);
+        if (half_tid == 0) {
+          while (prim::load_acquire(counter) != turn) {
+          }
+        }
+        prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
+      }
+      mbarrier::wait(stash_full(buffer), (iteration / 2) & 1);
+      const float* stash = reinterpret_cast<const float*>(
+          smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
+      float* accum = w.dq_accum + ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+      const int rows = min(kBlockM, seq.seqlen_q - m0);
+#pragma unroll 4
+      for (int q = half_tid; q < kBlockM * D / 4; q += S::kWriterHalfThreads) {
+        const int row = q / (D / 4), col = 4 * (q % (D / 4));
+        if (row < rows) {
+          atomicAdd(reinterpret_cast<float4*>(accum + row * accum_row_stride + col),
+                    *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
+        }
+      }
+      mbarrier::arrive(stash_empty(buffer));
+      if constexpr (kDeterministic) {
+        prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
+        if (half_tid == 0) prim::add_release(counter, 1);
+      }
+      order.advance(g, m);
+      if (S::kWriterHalves == 2 && m < m_blocks) order.advance(g, m);
+    }
+  }
+};
+
+}  // namespace flashattn::cuda::sm90
