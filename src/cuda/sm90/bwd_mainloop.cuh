@@ -2,9 +2,9 @@
 // the block's keys. S^T and dP^T (the key split: pass by pass of 64 queries), P^T and dS^T
 // element-wise in registers, dS^T (and P^T) to shared memory, dV and dK, dQ = dS K, and dQ
 // handed to the writer's stash or added by the warps (bwd_kernel.cuh's header has the
-// schedule). The block's state the steps share (positions, descriptors, the dK and dV
-// accumulators, the deterministic turn not yet passed on) lives in the kernel; a step holds
-// references to it.
+// schedule). A BwdMmaStep holds what every step of a block reads (positions, descriptors,
+// addresses) and references to what the steps accumulate, which the kernel owns: dK, dV and
+// the deterministic turn not yet passed on.
 #pragma once
 
 #include <cstdint>
