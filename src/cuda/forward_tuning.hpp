@@ -197,8 +197,8 @@ constexpr int fwd_sm90_smem_bytes(int head_dim, int head_dim_v, FwdSm90Tile t) {
          (v_ring > o_stage ? v_ring : o_stage) + 1024 + 1024;
 }
 
-// Shared memory a block may take: 227 KiB alone on an SM; with two, each also pays the 1 KiB
-// the hardware reserves per block out of the SM's 228.
+// Shared memory a block may take: 227 KiB alone on an SM; with several, each its share of the
+// SM's 228 less the 1 KiB the hardware reserves per block.
 constexpr int fwd_sm90_smem_per_block(FwdSm90Tile t) {
   return t.blocks_per_sm == 1 ? 227 * 1024 : (228 * 1024) / t.blocks_per_sm - 1024;
 }

@@ -40,13 +40,6 @@ struct BwdDqWriter {
   uint32_t raw_addr;
   uint32_t stash_smem, stash_bars;  // BwdDqStorage::stash and ::stash_full
 
-  __device__ __forceinline__ uint32_t stash_full(int buffer) const {
-    return stash_bars + 8 * buffer;
-  }
-  __device__ __forceinline__ uint32_t stash_empty(int buffer) const {
-    return stash_bars + 16 + 8 * buffer;
-  }
-
   // tid: the block's thread index (the writer's threads follow the MMA warpgroups').
   __device__ __forceinline__ void run(int tid) const {
     const int writer_tid = tid - S::kMmaThreads;
@@ -70,7 +63,7 @@ struct BwdDqWriter {
         }
         prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
       }
-      mbarrier::wait(stash_full(buffer), (iteration / 2) & 1);
+      mbarrier::wait(bwd_stash_full(stash_bars, buffer), (iteration / 2) & 1);
       const float* stash = reinterpret_cast<const float*>(
           smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
       float* accum = w.dq_accum + ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
@@ -83,7 +76,7 @@ struct BwdDqWriter {
                     *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
         }
       }
-      mbarrier::arrive(stash_empty(buffer));
+      mbarrier::arrive(bwd_stash_empty(stash_bars, buffer));
       if constexpr (kDeterministic) {
         prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
         if (half_tid == 0) prim::add_release(counter, 1);

@@ -143,13 +143,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   } else {
     scratch_smem = dq_smem + offsetof(DqStorage, scratch);  // [warp]
   }
-  auto stash_full = [&](int buffer) { return stash_bars + 8 * buffer; };
-  auto stash_empty = [&](int buffer) { return stash_bars + 16 + 8 * buffer; };
   if constexpr (S::kDqWriter) {
     if (tid == 0) {
       for (int buffer = 0; buffer < 2; ++buffer) {
-        mbarrier::init(stash_full(buffer), S::kMmaThreads);
-        mbarrier::init(stash_empty(buffer), S::kWriterHalfThreads);
+        mbarrier::init(bwd_stash_full(stash_bars, buffer), S::kMmaThreads);
+        mbarrier::init(bwd_stash_empty(stash_bars, buffer), S::kWriterHalfThreads);
       }
       mbarrier::fence_init();
     }

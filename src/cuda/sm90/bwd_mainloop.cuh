@@ -91,12 +91,6 @@ struct BwdMmaStep {
   KvFragments& dv;
   int32_t*& unreleased;  // the dQ turn this warp has yet to pass on
 
-  __device__ __forceinline__ uint32_t stash_full(int buffer) const {
-    return stash_bars + 8 * buffer;
-  }
-  __device__ __forceinline__ uint32_t stash_empty(int buffer) const {
-    return stash_bars + 16 + 8 * buffer;
-  }
   __device__ __forceinline__ void release_turn() const {
     if (unreleased != nullptr) {
       __syncwarp();
@@ -308,7 +302,9 @@ struct BwdMmaStep {
       // To the stash the writer read two steps ago (its use iteration / 2 - 1 is then over),
       // then tell it.
       const uint32_t stash = stash_smem + buffer * S::kStashBytes;
-      if (iteration >= 2) mbarrier::wait(stash_empty(buffer), (iteration / 2 - 1) & 1);
+      if (iteration >= 2) {
+        mbarrier::wait(bwd_stash_empty(stash_bars, buffer), (iteration / 2 - 1) & 1);
+      }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = dq_query0 + frag_row + 8 * half;
@@ -319,7 +315,7 @@ struct BwdMmaStep {
                              dq[4 * j + 2 * half + 1]);
         }
       }
-      mbarrier::arrive(stash_full(buffer));
+      mbarrier::arrive(bwd_stash_full(stash_bars, buffer));
     } else {
       if constexpr (kDeterministic) {
         if (lane == 0) {

@@ -63,10 +63,6 @@ struct BwdShape {
   static constexpr int kPTiles = kKeySplit ? 1 : 2;
 };
 
-// Shared memory (the dynamic allocation, aligned up to the 1024-byte swizzle atom): Q and dO
-// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics; then
-// either the dQ writer's two stashes and their mbarriers or each warp's dQ scratch. The kernel
-// addresses it in the shared window, as the aligned base plus a member's offset.
 // The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
 // thread arrives after its stores, the writer waits) and one for "empty" (the writer's half
 // arrives after its loads, the MMA threads wait before the next stores into the buffer).
@@ -81,6 +77,19 @@ struct BwdDqStorage<S, false> {
   alignas(16) uint8_t scratch[S::kTile.warps][S::kScratchBytes];
 };
 
+// The stash mbarriers in the shared window, from the address of BwdDqStorage::stash_full
+// (stash_empty follows it: asserted where the kernel takes that address).
+__device__ __forceinline__ uint32_t bwd_stash_full(uint32_t bars, int buffer) {
+  return bars + 8 * buffer;
+}
+__device__ __forceinline__ uint32_t bwd_stash_empty(uint32_t bars, int buffer) {
+  return bars + 16 + 8 * buffer;
+}
+
+// Shared memory (the dynamic allocation, aligned up to the 1024-byte swizzle atom): Q and dO
+// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics; then
+// either the dQ writer's two stashes and their mbarriers or each warp's dQ scratch. The kernel
+// addresses it in the shared window, as the aligned base plus a member's offset.
 template <class S>
 struct BwdStorage {
   alignas(1024) uint8_t q[2][S::QTile::kBytes];

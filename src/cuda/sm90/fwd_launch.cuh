@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cuda/check.hpp"
@@ -149,13 +150,10 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 int forward_smem_bytes() {
-  // The packed-GQA kernel's storage is the narrow tile's.
-  const int narrow = fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>();
-  const int narrow_dropout =
-      fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>();
-  const int other = fwd_sm90_storage_bytes<FwdShape<D, D>>();
-  const int most = narrow > other ? narrow : other;
-  return narrow_dropout > most ? narrow_dropout : most;
+  // The packed-GQA kernel's storage is the narrow tile's; dropout has a narrow tile of its own.
+  return std::max({fwd_sm90_storage_bytes<FwdShape<D, D>>(),
+                   fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>(),
+                   fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>()});
 }
 
 // The paged prefill: the tile whose key blocks take the fewest boxes of the cache's pages

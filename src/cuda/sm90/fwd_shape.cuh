@@ -89,9 +89,10 @@ struct FwdShape {
       kBlocksPerSm > 1
           ? (kLaunchRegisters * kThreads - 128 * kProducerRegisters) / kMmaThreads / 8 * 8
           : (kMmaWarpgroups == 2 ? (kFp8 ? 232 : 240) : 160);
+  // setmaxnreg moves registers within what the block launched with.
   static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <=
-                    65536 / kBlocksPerSm,
-                "the register budgets exceed the register file");
+                    kLaunchRegisters * kThreads,
+                "the register budgets exceed the block's share of the register file");
   static_assert(kBlocksPerSm == 1 || !kFp8, "FP8 runs one block per SM");
   static_assert(kMmaWarpgroups > 1 || kBlocksPerSm > 1,
                 "one MMA warpgroup alone on an SM leaves the tensor cores idle in its softmax");
