@@ -91,10 +91,10 @@ inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
 // keys (causal), where a narrower key block wastes less of the diagonal blocks, and of calls
 // with few keys (kFwdSm90NarrowKeys), where a tile's fixed costs weigh more (at d = 64, where
 // those costs weigh most, three blocks of 64 rows per SM hide them behind each other); at
-// d = 192 and 256 a key block of 64, which a paged cache's pages of 64, 128, 256... hold whole
-// (fwd_sm90_paged_use_narrow), and the tile of packed GQA. Where it differs from the other,
-// both are compiled. `dropout`: the narrow tile of a dropout call at d = 64 stays one block of
-// 128 rows, since the draws' registers do not fit a third of the SM.
+// d = 192 and 256 a key block of 64 (at d = 256 for short causal calls, fwd_sm90_use_narrow),
+// and the tile of packed GQA. Where it differs from the other, both are compiled. `dropout`:
+// the narrow tile of a dropout call at d = 64 stays one block of 128 rows, since the draws'
+// registers do not fit a third of the SM.
 constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false,
                                     bool dropout = false) {
   if (head_dim != head_dim_v) return {0, 0, 0};
@@ -150,18 +150,6 @@ constexpr int fwd_sm90_page_box_rows(int page_size, int block_n) {
     b = r;
   }
   return a;
-}
-
-// The paged prefill takes the tile whose key blocks need fewer, larger boxes of the pages (each
-// box is a TMA copy and a block_table read by the one producer thread); where both need the
-// same, the dense forward's choice.
-constexpr bool fwd_sm90_paged_use_narrow(int head_dim, bool grows, int seqlen_k, int page_size) {
-  const int narrow =
-      fwd_sm90_page_box_rows(page_size, fwd_sm90_tile(head_dim, head_dim, true).block_n);
-  const int other =
-      fwd_sm90_page_box_rows(page_size, fwd_sm90_tile(head_dim, head_dim).block_n);
-  if (narrow != other) return narrow > other;
-  return fwd_sm90_use_narrow(head_dim, grows, seqlen_k);
 }
 
 // Packed GQA (sm90/fwd_scheduler.cuh): one tile holds the rows of every query head of a KV

@@ -10,7 +10,6 @@ namespace {
 
 using flashattn::cuda::fwd_sm90_pack_gqa;
 using flashattn::cuda::fwd_sm90_page_box_rows;
-using flashattn::cuda::fwd_sm90_paged_use_narrow;
 using flashattn::cuda::fwd_sm90_tile;
 
 TEST(ForwardTuning, PageBoxesDivideThePageAndTheKeyBlock) {
@@ -31,21 +30,6 @@ TEST(ForwardTuning, PageBoxesDivideThePageAndTheKeyBlock) {
   EXPECT_EQ(fwd_sm90_page_box_rows(256, 128), 128);
   EXPECT_EQ(fwd_sm90_page_box_rows(256, 176), 16);
   EXPECT_EQ(fwd_sm90_page_box_rows(160, 80), 80);
-}
-
-TEST(ForwardTuning, PagedPrefillPrefersLargerBoxes) {
-  // d = 128: 256-row pages take 128-key blocks whole, the 176-key tile in boxes of 16.
-  EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, false, 8192, 256));
-  // Pages of 16 give both tiles boxes of 16: the dense forward's choice (wide past 2048 keys).
-  EXPECT_FALSE(fwd_sm90_paged_use_narrow(128, false, 8192, 16));
-  EXPECT_TRUE(fwd_sm90_paged_use_narrow(128, true, 8192, 16));
-  // d = 64: 256-row pages take the wide tile's 128-key blocks whole, the narrow tile's 96 in
-  // boxes of 32.
-  EXPECT_FALSE(fwd_sm90_paged_use_narrow(64, false, 8192, 256));
-  // d = 192 and 256: 64-key blocks hold pages of 64 and more whole (boxes of 16 for 112 and 80).
-  EXPECT_TRUE(fwd_sm90_paged_use_narrow(192, false, 8192, 256));
-  EXPECT_TRUE(fwd_sm90_paged_use_narrow(256, true, 8192, 64));
-  EXPECT_FALSE(fwd_sm90_paged_use_narrow(256, false, 8192, 16));
 }
 
 // Several blocks per SM: the d = 64 narrow tile runs three blocks of one MMA warpgroup, each

@@ -156,13 +156,15 @@ int forward_smem_bytes() {
                    fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>()});
 }
 
-// The paged prefill: the tile whose key blocks take the fewest boxes of the cache's pages
-// (fwd_sm90_paged_use_narrow), the paged kernel.
+// The paged prefill: the dense forward's tile (fwd_sm90_use_narrow), the paged kernel. With
+// its boxes copied by the whole producer warpgroup, a key block's box count hardly matters,
+// so the page size does not choose the tile (bench/RESULTS.md).
 template <class T, int D>
 Status run_forward_paged(const core::KVCacheParams& p, cudaStream_t stream) {
   using Narrow = FwdSm90TableTile<D, D, true>;
-  if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value)) {
-    if (fwd_sm90_paged_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k, p.page_size)) {
+  if constexpr (!(Narrow::value == FwdSm90TableTile<D, D>::value) &&
+                fwd_sm90_dense_may_narrow(D, false)) {
+    if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>, true>(p, stream, &p);
     }
   }

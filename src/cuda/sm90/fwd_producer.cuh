@@ -1,6 +1,6 @@
 // The Hopper forward's producer: one thread (kThreads) that issues every TMA load of the
-// block's tiles; a warp in the paged instantiation, whose lanes look up a key block's pages
-// side by side (below), with lane 0 doing the rest.
+// block's tiles; the whole warpgroup in the paged instantiation, whose threads look up a key
+// block's pages and copy its boxes side by side (below), with thread 0 doing the rest.
 //
 // Per tile with keys: K of the first key block (the last one in key order: the mainloop walks
 // the keys from the end), then Q once the MMA warpgroups are done with the previous tile's Q,
@@ -14,8 +14,11 @@
 // warps (fwd_transpose_v.cuh) fill the V ring the MMA warpgroups read.
 //
 // kPaged: K and V come from a paged KV cache (FwdPageTable), a key block box by box, each box
-// from the page block_table names for it. Lane i reads the entry of box i and copies that box,
-// so a block waits for one table read rather than one per box in turn. The entries of a block
+// from the page block_table names for it, one copy per box and panel. Copy j of a block is
+// thread (warp j % 4, lane j / 4)'s: it reads its box's entry and issues that copy, so a block
+// waits for one table read rather than one per box in turn, and each warp issues a quarter of
+// the copies (a TMA copy takes its coordinates from uniform registers, so a warp issues its
+// lanes' copies one after another). The entries of a block
 // are read before the producer waits for the ring slot its K goes to, so that the read's
 // latency passes while the slot drains, and kept for the V of the same block (loaded one
 // block later). Boxes that start past the sequence's last key are not loaded (their table
@@ -43,8 +46,12 @@ struct FwdProducer {
   using VTile = typename Shape::VTile;
   using Ring = RingPosition<Shape::kStages>;
 
-  static constexpr int kThreads = kPaged ? 32 : 1;
-  static_assert(!kPaged || Shape::kBlockN / 16 <= 32, "a lane per box of 16 keys or more");
+  static constexpr int kThreads = kPaged ? 128 : 1;
+  // Paged: a key block's copies, one per box (of 16 keys or more) and panel.
+  static constexpr int kMaxCopies = Shape::kBlockN / 16 * Shape::KTile::kPanels;
+  static_assert(!kPaged || kMaxCopies <= kThreads, "a thread per copy of a key block");
+  static_assert(!kPaged || Shape::KTile::kPanels == Shape::VTile::kPanels,
+                "K and V copied alike");
   static_assert(!kPaged || !Shape::kFp8, "no paged FP8 kernel");
   // Where V goes: the ring the MMA warpgroups read, or with FP8 the transpose's raw ring.
   static constexpr bool kVRaw = Shape::kFp8;
@@ -54,13 +61,17 @@ struct FwdProducer {
   Storage& smem;
 
   __device__ __forceinline__ uint32_t addr(const void* p) const { return prim::smem_addr(p); }
-  // The lane that arms the barriers and issues every copy but the paged boxes.
-  __device__ __forceinline__ bool leader() const { return !kPaged || threadIdx.x % 32 == 0; }
+  // The thread that arms the barriers and issues every copy but the paged boxes.
+  __device__ __forceinline__ bool leader() const { return !kPaged || threadIdx.x == 0; }
+  // This thread's copy of a paged key block (see the header).
+  __device__ __forceinline__ static int paged_copy() {
+    return 4 * static_cast<int>(threadIdx.x % 32) + static_cast<int>(threadIdx.x / 32);
+  }
 
-  // Where this lane's box of key block n comes from (paged; the dense kernel has no boxes).
+  // Where this thread's copy of key block n comes from (paged; the dense kernel has none).
   struct PagedBox {
     int boxes = 0;  // boxes of the block that hold a key of the sequence
-    int page = 0;   // this lane's box (lane < boxes): page and row in it
+    int page = 0;   // this thread's box (copy < boxes * panels): page and row in it
     int row = 0;
   };
   struct NoBox {};
@@ -73,10 +84,10 @@ struct FwdProducer {
       const FwdPageTable& pages = params.pages;
       const int key0 = n * Shape::kBlockN;
       const int keys = min(Shape::kBlockN, w.seq.seqlen_k - key0);
-      const int lane = static_cast<int>(threadIdx.x % 32);
+      const int copy = paged_copy();
       box.boxes = (keys + pages.box_rows - 1) / pages.box_rows;
-      if (lane < box.boxes) {
-        const int key = key0 + lane * pages.box_rows;
+      if (copy < box.boxes * KTile::kPanels) {
+        const int key = key0 + copy / KTile::kPanels * pages.box_rows;
         const int index = key / pages.page_size;
         box.page = __ldg(pages.block_table + w.b * pages.table_batch_stride + index);
         box.row = key - index * pages.page_size;
@@ -102,25 +113,25 @@ struct FwdProducer {
     }
   }
 
-  // The boxes of a key block, one per lane, from the pages `box` names. The barrier is armed
-  // for all of them before any lane issues its copy.
+  // The copies of a key block, one per thread, from the pages `box` names. The leader's
+  // arrival announces all their bytes; a copy that lands before it only takes the barrier's
+  // transaction count below zero for a while, and the phase cannot complete without that
+  // arrival.
   template <class Tile>
   __device__ __forceinline__ void load_paged_keys(uint32_t tile, uint32_t full,
                                                   const CUtensorMap* map, const FwdTileWork& w,
                                                   const PagedBox& box) const {
     const int rows = params.pages.box_rows;
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    if (lane == 0) {
+    if (leader()) {
       mbarrier::arrive_expect_tx(full, box.boxes * rows * Tile::kLineBytes * Tile::kPanels);
     }
-    __syncwarp();
-    if (lane < box.boxes) {
-      const uint32_t dst = tile + lane * rows * Tile::kLineBytes;
-#pragma unroll
-      for (int p = 0; p < Tile::kPanels; ++p) {
-        tma::load_operand_box(dst + p * Tile::kPanelBytes, map, p * Tile::kPanelCols, box.row,
-                              w.hk, box.page, full, tma::CacheHint::kEvictLast);
-      }
+    const int copy = paged_copy();
+    if (copy < box.boxes * Tile::kPanels) {
+      const int p = copy % Tile::kPanels;
+      const uint32_t dst =
+          tile + p * Tile::kPanelBytes + copy / Tile::kPanels * rows * Tile::kLineBytes;
+      tma::load_operand_box(dst, map, p * Tile::kPanelCols, box.row, w.hk, box.page, full,
+                            tma::CacheHint::kEvictLast);
     }
   }
   __device__ __forceinline__ void load_k(const FwdTileWork& w, int n, const Box& box,
@@ -141,6 +152,11 @@ struct FwdProducer {
 
   // Run by kThreads threads, which take the same path through it.
   __device__ __forceinline__ void run() const {
+    if constexpr (kPaged) {
+      // A warp without a copy of a whole key block has none of any block: it leaves.
+      const int copies = Shape::kBlockN / params.pages.box_rows * KTile::kPanels;
+      if (static_cast<int>(threadIdx.x / 32) >= copies) return;
+    }
     if (leader()) {
       tma::prefetch_map(&params.q_map);
       tma::prefetch_map(&params.k_map);

@@ -2,12 +2,13 @@
 // a FwdSm90Tile: the tuning table's, or a tuner's): the warpgroups and their register budgets,
 // the operand tiles in shared memory, and that shared memory as a struct (FwdStorage).
 //
-// Warpgroups: warpgroup 0 is the producer (one thread issues every TMA load, a warp for a paged
-// cache; the others exit after giving their registers away), warpgroups 1 .. kMmaWarpgroups
-// each own 64 query rows of the tile. setmaxnreg moves the producer's registers to the MMA
-// warpgroups: 128 x 24 + 256 x 240 (two of them) or 128 x 32 + 384 x 160 (three) fit the 64K
-// register file; a tile of several blocks per SM (FwdSm90Tile::blocks_per_sm) splits the
-// block's share the same way (three blocks of one MMA warpgroup: 128 x 24 + 128 x 136).
+// Warpgroups: warpgroup 0 is the producer (one thread issues every TMA load, the whole
+// warpgroup for a paged cache; the others exit after giving their registers away), warpgroups
+// 1 .. kMmaWarpgroups each own 64 query rows of the tile. setmaxnreg moves the producer's
+// registers to the MMA warpgroups: 128 x 24 + 256 x 240 (two of them) or 128 x 32 + 384 x 160
+// (three) fit the 64K register file; a tile of several blocks per SM
+// (FwdSm90Tile::blocks_per_sm) splits the block's share the same way (three blocks of one MMA
+// warpgroup: 128 x 24 + 128 x 136).
 //
 // kFp8T: q, k and v are e4m3 (the output stays 16-bit). Operand tiles are then 8-bit, in panels
 // of 128 columns, and wgmma steps 32 along K. e4m3 wgmma reads both shared operands K-major,

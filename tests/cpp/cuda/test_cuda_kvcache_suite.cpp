@@ -135,11 +135,24 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
 // reads K/V through block_table. Pages smaller than its key block (16), larger (256) and
 // neither a divisor nor a multiple of it (48); on the sm80 kernel one and two pipeline stages
 // (d = 128, 64), 32-column panels (96), 64-row query blocks (256); on the Hopper kernel every
-// compiled head dim, both tiles of each (pages of 256 take the narrow one, 64-key blocks at
-// d = 192 and 256), boxes of 16 to 128 keys; GQA; key counts
-// that are not block multiples. The workspace shows the route: only the int32 key counts,
-// where the KV kernel's two splits would need fp32 partial outputs.
+// compiled head dim and the dense forward's tiles (both of d = 64 and 256; d = 128's narrow
+// one, and its wide one past 2048 keys), a key block in one copy per panel (pages of 256: the
+// producer's idle warps leave) up to 20 copies (d = 256, pages of 16, 80-key blocks); GQA;
+// key counts that are not block multiples. The workspace shows the route: only the int32 key
+// counts, where the KV kernel's two splits would need fp32 partial outputs.
 TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
+  auto expect_forward_route = [](const KVCacheProblem& p) {
+    SCOPED_TRACE(p.describe());
+    const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+    fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
+    size_t workspace = 0;
+    const flashattn::Status sized =
+        cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &workspace);
+    ASSERT_TRUE(sized.ok()) << sized.message();
+    const size_t partial_out = size_t(2) * p.batch * p.nheads * p.seqlen_q * p.head_dim * 4;
+    EXPECT_LT(workspace, partial_out) << "the paged prefill did not take the forward kernel";
+    expect_passes_on_cuda(p);
+  };
   for (int d : {64, 96, 128, 192, 256}) {
     for (int page_size : {16, 48, 256}) {
       for (bool causal : {false, true}) {
@@ -152,18 +165,21 @@ TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
         p.seqlen_q = p.seqlen_new = causal ? 129 : 200;  // the forward route needs a full block
         p.causal = causal;
         p.num_splits = 2;
-        SCOPED_TRACE(p.describe());
-        const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
-        fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
-        size_t workspace = 0;
-        const flashattn::Status sized =
-            cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &workspace);
-        ASSERT_TRUE(sized.ok()) << sized.message();
-        const size_t partial_out = size_t(2) * p.batch * p.nheads * p.seqlen_q * d * 4;
-        EXPECT_LT(workspace, partial_out) << "the paged prefill did not take the forward kernel";
-        expect_passes_on_cuda(p);
+        expect_forward_route(p);
       }
     }
+  }
+  for (int page_size : {16, 256}) {
+    KVCacheProblem wide = problem(128);
+    wide.nheads = 4;
+    wide.nheads_k = 2;
+    wide.batch = 2;
+    wide.page_size = page_size;
+    wide.seqlen_cache = 2304;
+    wide.cache_seqlens = {2100, 333};
+    wide.seqlen_q = wide.seqlen_new = 130;
+    wide.num_splits = 2;
+    expect_forward_route(wide);
   }
 }
 
