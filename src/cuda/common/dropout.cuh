@@ -178,8 +178,7 @@ using FwdDropout = std::conditional_t<kDropout, FwdDropoutMask<MT, NT, kAllInFli
 // the whole warp (shuffles), then applied where P^T (dV's operand) and dP^T are formed.
 template <int NT>
 struct BwdDropoutMask {
-  using Bits = std::conditional_t<(4 * NT <= 32), uint32_t, uint64_t>;
-  Bits bits;  // bit (2 half + e) NT + j: element [j][2 half + e] kept
+  uint32_t bits;  // bit 4 j + i: element [j][i] kept
   float rescale;
 
   BwdDropoutMask() = default;
@@ -200,23 +199,20 @@ struct BwdDropoutMask {
     const int key_g = 4 * (g / 2) + g % 2;  // key g's bit in a draw; key g + 8's is 2 further
 #pragma unroll
     for (int source = 0; source < 8; ++source) {
-      // Column parity e of tiles 4 k + pp was drawn by lane 2 t + e + 8 pp.
+      // Column parity e of tiles 4 k + pp was drawn by lane 2 t + e + 8 pp. Shifted down by
+      // key_g, bit 16 k + 2 h of its word is element [4 k + pp][2 h + e], which lands at bit
+      // 4 (4 k + pp) + 2 h + e of `bits` when shifted up by 4 pp + e: one shift, one mask
+      // and one or per source, the eight sources' bits disjoint. With NT < 8 the bits of
+      // tiles past NT are never read.
       const int e = source % 2, pp = source / 2;
       const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * pp) >> key_g;
-#pragma unroll
-      for (int k = 0; k < kRounds; ++k) {
-        const int j = 4 * k + pp;
-        if (j >= NT) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          bits |= static_cast<Bits>((got >> (16 * k + 2 * h)) & 1u) << ((2 * h + e) * NT + j);
-        }
-      }
+      const uint32_t halves = kRounds > 1 ? 0x00050005u : 0x5u;
+      bits |= (got << (4 * pp + e)) & (halves << (4 * pp + e));
     }
   }
 
   __device__ __forceinline__ bool kept(int j, int half, int e) const {
-    return (bits >> ((2 * half + e) * NT + j)) & 1u;
+    return (bits >> (4 * j + 2 * half + e)) & 1u;
   }
   // Multiplies every element of the tile by its Z: 0 (dropped) or 1 / (1 - p).
   __device__ __forceinline__ void apply(float (&x)[NT][4]) const {

@@ -134,6 +134,25 @@ struct BwdMmaStep {
                                                     QRows::advance(q_rows_desc, ks), ks > 0);
       }
       wg::commit_group();
+      // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
+      // key key0 + frag_row + 8 * (i / 2 % 2), query query0 + 8 * (i / 4) + frag_col + i % 2.
+      // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
+      // and to P^T after it, as in the sm80 kernel; drawn where S::kDropoutDrawBeforeDp says.
+      constexpr int kMaskNT = kNT < 8 ? kNT : 8;
+      using DropMask =
+          std::conditional_t<kDropout, BwdDropoutMask<kMaskNT>, NoDropoutMask>;
+      DropMask drop[kNT / kMaskNT];
+      auto draw_masks = [&] {
+        if constexpr (kDropout) {
+#pragma unroll
+          for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {
+            drop[mask_part] = BwdDropoutMask<kMaskNT>(
+                DropoutHead(p, b, h), n0 + key0 + warp_row0,
+                m0 + query0 + 8 * kMaskNT * mask_part, lane);
+          }
+        }
+      };
+      if constexpr (S::kDropoutDrawBeforeDp) draw_masks();
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
@@ -144,22 +163,7 @@ struct BwdMmaStep {
         release_turn();  // the previous step's, after this step's first barrier
         if constexpr (kStatsAfterRelease) stage_next_stats();
       }
-      // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
-      // key key0 + frag_row + 8 * (i / 2 % 2), query query0 + 8 * (i / 4) + frag_col + i % 2.
-      // Dropout: one mask per 64 (or 32) queries, applied to dP^T before the element-wise step
-      // and to P^T after it, as in the sm80 kernel.
-      constexpr int kMaskNT = kNT < 8 ? kNT : 8;
-      using DropMask =
-          std::conditional_t<kDropout, BwdDropoutMask<kMaskNT>, NoDropoutMask>;
-      DropMask drop[kNT / kMaskNT];
-      if constexpr (kDropout) {
-#pragma unroll
-        for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {
-          drop[mask_part] = BwdDropoutMask<kMaskNT>(DropoutHead(p, b, h),
-                                                     n0 + key0 + warp_row0,
-                                                     m0 + query0 + 8 * kMaskNT * mask_part, lane);
-        }
-      }
+      if constexpr (!S::kDropoutDrawBeforeDp) draw_masks();
       auto dropout_apply = [&](float(&x)[S::kSdpQueries / 2]) {
 #pragma unroll
         for (int mask_part = 0; mask_part < kNT / kMaskNT; ++mask_part) {

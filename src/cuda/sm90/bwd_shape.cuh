@@ -61,6 +61,10 @@ struct BwdShape {
   using KTile = Swizzle128Tile<kBlockN, D>;         // K and V
   using PTile = Swizzle128Tile<kBlockN, kBlockM>;   // dS^T (and P^T): rows keys, columns queries
   static constexpr int kPTiles = kKeySplit ? 1 : 2;
+  // Dropout: the keep bits of a pass drawn while S^T multiplies, before dP^T is issued (d = 64),
+  // or once both are in flight (bwd_mainloop.cuh); the faster of the two by head dim
+  // (bench/RESULTS.md).
+  static constexpr bool kDropoutDrawBeforeDp = D == 64;
 };
 
 // The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
