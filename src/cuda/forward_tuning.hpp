@@ -93,14 +93,14 @@ inline constexpr int kFwdSm90HeadDims[] = {64, 96, 128, 192, 256};
 // those costs weigh most, three blocks of 64 rows per SM hide them behind each other); at
 // d = 192 and 256 a key block of 64 (at d = 256 for short causal calls, fwd_sm90_use_narrow),
 // and the tile of packed GQA. Where it differs from the other, both are compiled. `dropout`:
-// the narrow tile of a dropout call at d = 64 stays one block of 128 rows, since the draws'
-// registers do not fit a third of the SM.
+// a dropout call at d = 64 runs 128 x 128 on two MMA warpgroups, narrow or not: the draws'
+// registers fit neither a third of the SM nor the three warpgroups' 160 as well
+// (bench/RESULTS.md).
 constexpr FwdSm90Tile fwd_sm90_tile(int head_dim, int head_dim_v, bool narrow = false,
                                     bool dropout = false) {
   if (head_dim != head_dim_v) return {0, 0, 0};
-  if (narrow && head_dim == 64) {
-    return dropout ? FwdSm90Tile{128, 128, 2} : FwdSm90Tile{64, 96, 2, 3};
-  }
+  if (dropout && head_dim == 64) return {128, 128, 2};
+  if (narrow && head_dim == 64) return {64, 96, 2, 3};
   if (narrow && head_dim == 128) return {128, 128, 2};
   if (narrow && (head_dim == 192 || head_dim == 256)) return {128, 64, 2};
   switch (head_dim) {

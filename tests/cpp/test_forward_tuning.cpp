@@ -46,8 +46,9 @@ TEST(ForwardTuning, SeveralBlocksPerSm) {
   EXPECT_LE(fwd_sm90_smem_bytes(64, 64, narrow), fwd_sm90_smem_per_block(narrow));
   EXPECT_EQ(fwd_sm90_smem_per_block(narrow), 228 * 1024 / 3 - 1024);
   EXPECT_EQ(fwd_sm90_tile(64, 64, false).blocks_per_sm, 1);
-  // With dropout the narrow tile stays one block of 128 rows.
+  // With dropout d = 64 runs one block of 128 x 128, narrow or not.
   EXPECT_TRUE(fwd_sm90_tile(64, 64, true, true) == (FwdSm90Tile{128, 128, 2}));
+  EXPECT_TRUE(fwd_sm90_tile(64, 64, false, true) == (FwdSm90Tile{128, 128, 2}));
   EXPECT_FALSE(fwd_sm90_tile_valid(64, 64, FwdSm90Tile{64, 96, 2, 1}));
   EXPECT_TRUE(fwd_sm90_tile_valid(64, 64, FwdSm90Tile{64, 64, 2, 4}));
   // d = 128 with 128-key blocks does not fit a third of the SM.

@@ -139,21 +139,23 @@ Status run_forward(const core::AttentionParams& p, cudaStream_t stream) {
       return launch_forward<T, FwdShape<D, D, Narrow, true>>(p, stream);
     }
   }
-  constexpr bool kTwoTiles = !(Narrow::value == FwdSm90TableTile<D, D>::value);
+  using Wide = FwdSm90TableTile<D, D, false, kDropout>;
+  constexpr bool kTwoTiles = !(Narrow::value == Wide::value);
   if constexpr (kTwoTiles && fwd_sm90_dense_may_narrow(D, kDropout)) {
     if (fwd_sm90_use_narrow(D, p.keys_grow_with_rows(), p.seqlen_k)) {
       return launch_forward<T, FwdShape<D, D, Narrow>, false, kDropout>(p, stream);
     }
   }
-  return launch_forward<T, FwdShape<D, D>, false, kDropout>(p, stream);
+  return launch_forward<T, FwdShape<D, D, Wide>, false, kDropout>(p, stream);
 }
 
 template <class T, int D>
 int forward_smem_bytes() {
-  // The packed-GQA kernel's storage is the narrow tile's; dropout has a narrow tile of its own.
+  // The packed-GQA kernel's storage is the narrow tile's; dropout has tiles of its own.
   return std::max({fwd_sm90_storage_bytes<FwdShape<D, D>>(),
                    fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true>>>(),
-                   fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>()});
+                   fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, true, true>>>(),
+                   fwd_sm90_storage_bytes<FwdShape<D, D, FwdSm90TableTile<D, D, false, true>>>()});
 }
 
 // The paged prefill: the dense forward's tile (fwd_sm90_use_narrow), the paged kernel. With

@@ -134,8 +134,8 @@ TEST_P(CudaDropout, ForwardGqaAndVarlen) {
 }
 
 // The Hopper forward's tiles (forward_tuning.hpp) with dropout, each over several key blocks so
-// that the mainloop's steps draw as well as its first block: d = 64's 192 x 128 (three MMA
-// warpgroups) and, causal, its 128 x 128; d = 128's 128 x 176 past kFwdSm90NarrowKeys keys
+// that the mainloop's steps draw as well as its first block: d = 64's 128 x 128 (its only
+// tile with dropout); d = 128's 128 x 176 past kFwdSm90NarrowKeys keys
 // (22 column tiles: 64-bit keep masks) and its 128 x 128; d = 96, 192, and 256 causal past 512
 // keys. Then a short GQA call, whose heads the kernel packs without dropout but not with it,
 // and more tiles than an H200 has SMs, so a persistent block runs several (in causal pairs).
