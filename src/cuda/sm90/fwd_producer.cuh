@@ -18,10 +18,9 @@
 // thread (warp j % 4, lane j / 4)'s: it reads its box's entry and issues that copy, so a block
 // waits for one table read rather than one per box in turn, and each warp issues a quarter of
 // the copies (a TMA copy takes its coordinates from uniform registers, so a warp issues its
-// lanes' copies one after another). The entries of a block
-// are read before the producer waits for the ring slot its K goes to, so that the read's
-// latency passes while the slot drains, and kept for the V of the same block (loaded one
-// block later). Boxes that start past the sequence's last key are not loaded (their table
+// lanes' copies one after another). The entries of a block are read before the producer waits
+// for the ring slot its K goes to, so that the read's latency passes while the slot drains,
+// and kept for the V of the same block (loaded one block later). Boxes that start past the sequence's last key are not loaded (their table
 // entries may not exist); the mask hides their K rows and the mainloop zeroes their V rows.
 #pragma once
 
