@@ -65,6 +65,13 @@ __host__ __device__ __forceinline__ ScoreScales with_key_descale(ScoreScales sc,
   return sc;
 }
 
+// The ALiBi slope of query head h of batch entry b in raw score units (what row_slope returns
+// below, and what the backward's element-wise step takes), 0 without ALiBi.
+__device__ __forceinline__ float alibi_raw_slope(const core::AttentionParams& p, int b, int h,
+                                                 const ScoreScales& sc) {
+  return p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
+}
+
 // s[m][j][e] (mma accumulator layout) holds key col0 + 8 j + (e % 2) of fragment row (m, e / 2).
 // row_query(m, half) is that row's query index (a row past the last query may return an index
 // past it: its results are discarded) and row_slope(m, half) its ALiBi slope in raw units;

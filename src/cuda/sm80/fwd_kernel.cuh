@@ -111,8 +111,7 @@ __global__ void __launch_bounds__(FwdShape<D, TileT>::kThreads, FwdShape<D, Tile
 
   const VisibilityMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   const KeyBlocks kb = mask.blocks(m0, rows, kBlockN);
-  const float alibi_raw =
-      p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
+  const float alibi_raw = alibi_raw_slope(p, b, h, sc);
 
   const uint32_t q_smem = prim::smem_addr(smem);
   const uint32_t kv_smem = q_smem + QTile::kBytes;

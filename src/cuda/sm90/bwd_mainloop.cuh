@@ -110,8 +110,7 @@ struct BwdMmaStep {
     const int m0 = m * kBlockM;
     const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
-    const float alibi_raw =
-        p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_batch_stride + h] / sc.unit;
+    const float alibi_raw = alibi_raw_slope(p, b, h, sc);
     const float* lse2 = stats + buffer * 2 * kBlockM;
     const float* dsum = lse2 + kBlockM;
 
