@@ -243,20 +243,26 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     wg::fence_proxy_async_shared();
     // This block's Q, dO landed; every warpgroup is done with the other buffer.
     prim::named_sync(kMmaBarrier, S::kMmaThreads);
-    if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
-    prim::thread::cp_async_commit();
+    // The next step's Q, dO (into the other buffer) and row statistics, each issued where
+    // BwdShape::kNextCopies / kNextStats say (`at`: the point of the step calling).
     float staged = 0.f;
-    auto stage_next_stats = [&]() {
-      staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
+    auto issue_next = [&](auto at) {
+      if constexpr (S::kNextCopies == decltype(at)::value) {
+        if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
+        prim::thread::cp_async_commit();
+      }
+      if constexpr (S::kNextStats == decltype(at)::value) {
+        staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
+      }
     };
-    if constexpr (!Step::kStatsAfterRelease) stage_next_stats();
+    issue_next(BwdNextLoadsAt<BwdNextLoads::kStepStart>{});
     const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
     const int turn = seq.turn(m, kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
-      step.run(unmasked, h, m, iteration, turn, stage_next_stats);
+      step.run(unmasked, h, m, iteration, turn, issue_next);
     } else {
-      step.run(masked, h, m, iteration, turn, stage_next_stats);
+      step.run(masked, h, m, iteration, turn, issue_next);
     }
     if (tid < 2 * kBlockM) stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
     g = next_g;

@@ -5,11 +5,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/backward_tuning.hpp"
 #include "cuda/sm90/swizzle128_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
+
+// Where a step issues the next step's Q / dO copies or row statistics: at its start, right
+// after the barrier that frees their buffer; once its first S^T and dP^T are in flight (and the
+// previous step's turn is released); or once its dQ (and the key split's last dK) product is
+// issued, while the MMA warps would wait for it. Any of them leaves the buffer free: both
+// warpgroups finished the step before last when they passed this step's first barrier.
+enum class BwdNextLoads { kStepStart, kAfterSdp, kAfterDq };
+template <BwdNextLoads kAt>
+using BwdNextLoadsAt = std::integral_constant<BwdNextLoads, kAt>;
 
 // kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
 // the writer's halves are compiled into it alone: in one kernel with the default mode they
@@ -65,6 +75,19 @@ struct BwdShape {
   // or once both are in flight (bwd_mainloop.cuh); the faster of the two by head dim
   // (bench/RESULTS.md).
   static constexpr bool kDropoutDrawBeforeDp = D == 64;
+  // The default mode's: the fastest of the three by head dim (bench/RESULTS.md); the later ones
+  // keep the copies' addresses live across products, which at d = 128 spills more. The
+  // deterministic mode's: the copies at the start; without the writer the statistics after
+  // the turn's release, whose wait covers the loads the warp has in flight (bench/RESULTS.md).
+  static constexpr BwdNextLoads kDefaultNextLoads = D == 64    ? BwdNextLoads::kAfterSdp
+                                                    : D == 128 ? BwdNextLoads::kStepStart
+                                                               : BwdNextLoads::kAfterDq;
+  static constexpr BwdNextLoads kNextCopies =
+      kDeterministic ? BwdNextLoads::kStepStart : kDefaultNextLoads;
+  static constexpr BwdNextLoads kNextStats =
+      !kDeterministic ? kDefaultNextLoads
+      : kDqWriter     ? BwdNextLoads::kStepStart
+                      : BwdNextLoads::kAfterSdp;
 };
 
 // The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
