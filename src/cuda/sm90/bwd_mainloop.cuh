@@ -126,6 +126,10 @@ struct BwdMmaStep {
       for (int ks = 0; ks < D / 16; ++ks) {
         wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
                                                     QRows::advance(q_rows_desc, ks), ks > 0);
+        if (ks < S::kEarlyDpSteps) {
+          wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+                                                      QRows::advance(do_rows_desc, ks), ks > 0);
+        }
       }
       wg::commit_group();
       // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
@@ -148,7 +152,7 @@ struct BwdMmaStep {
       };
       if constexpr (S::kDropoutDrawBeforeDp) draw_masks();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int ks = S::kEarlyDpSteps; ks < D / 16; ++ks) {
         wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
                                                     QRows::advance(do_rows_desc, ks), ks > 0);
       }
