@@ -140,13 +140,13 @@ constexpr int bwd_sm90_kv_splits(int64_t blocks, int group, int sms, bool determ
 }
 
 // Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T (and
-// P^T in the column split), the rows' lse and D double-buffered, and the dQ writer's two fp32
-// stashes (rows padded by 8 floats) and their four mbarriers or, without the writer, a 16 x 32
-// fp32 scratch per warp.
+// P^T in the column split), the rows' lse and D double-buffered, the two Q / dO buffers'
+// mbarriers, and the dQ writer's two fp32 stashes (rows padded by 8 floats) and their four
+// mbarriers or, without the writer, a 16 x 32 fp32 scratch per warp.
 constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t) {
   const bool key_split = t.block_n == 128;
   return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 +
-         (key_split ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m +
+         (key_split ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m + 2 * 8 +
          (t.dq_writer ? 2 * t.block_m * (head_dim + 8) * 4 + 4 * 8 : t.warps * 16 * 32 * 4);
 }
 

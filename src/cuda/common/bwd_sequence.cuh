@@ -100,6 +100,18 @@ struct BwdSequence {
         seqlen_q - m0, tid);
   }
 
+  // Where a TMA box of query block m starts in the q / dout maps (tensor_map.hpp: a varlen
+  // operand is one batch entry of all its rows), and whether the block lies inside the
+  // sequence (a box past a fixed-length sequence's end reads zeros; past a varlen sequence's,
+  // the next sequence's rows).
+  __device__ __forceinline__ int tma_row(int m) const {
+    return static_cast<int>(q_start) + m * kBlockM;
+  }
+  __device__ __forceinline__ int tma_batch() const { return varlen ? 0 : b; }
+  __device__ __forceinline__ bool block_inside(int m) const {
+    return !varlen || (m + 1) * kBlockM <= seqlen_q;
+  }
+
   // The row statistic thread `tid` stages for query block m of query head h: lse2
   // (tid < block_m) or D of row tid - block_m; rows past the end get lse2 = +inf, D = 0, so
   // their P and dS are 0.

@@ -23,8 +23,9 @@
 //     needed): A = dS^T read MN-major, B = K (MN-major); warpgroup w takes query rows
 //     [64w, 64w + 64) when the block has 128 of them, else head-dim columns [w d / 2, ...).
 //
-// Q and dO are double-buffered with cp.async as in the sm80 kernel (its tile copy writes the
-// 128-byte-swizzle layout wgmma reads), the rows' lse and D staged through registers into a
+// Q and dO are double-buffered, loaded by TMA on an mbarrier per buffer, or where TMA cannot
+// (bwd_q_do_loads.cuh) with cp.async as in the sm80 kernel (its tile copy writes the
+// 128-byte-swizzle layout wgmma reads); the rows' lse and D are staged through registers into a
 // double-buffered array; each buffer is made visible to the async proxy (fence.proxy.async)
 // before the barrier that publishes it. Per query block the MMA warpgroups meet at two named
 // barriers (after the copy landed, after dS^T is stored), plus, with the dQ writer, the stash
@@ -33,9 +34,9 @@
 // (BwdShape::kScratchBytes), and in the deterministic mode takes its turns itself.
 //
 // Parts: bwd_shape.cuh (the shape, the register budgets, shared memory as a struct),
-// bwd_scheduler.cuh (the order of a block's steps), bwd_mainloop.cuh (the MMA warpgroups'
-// step), bwd_dq_writer.cuh (the third warpgroup) and bwd_epilogue.cuh (dK and dV out); this
-// file sets a block up and runs its loop.
+// bwd_scheduler.cuh (the order of a block's steps), bwd_q_do_loads.cuh (Q and dO into their
+// buffers), bwd_mainloop.cuh (the MMA warpgroups' step), bwd_dq_writer.cuh (the third
+// warpgroup) and bwd_epilogue.cuh (dK and dV out); this file sets a block up and runs its loop.
 //
 // The body is compiled in the sm_90a device pass only; the dispatch (backward.cu) runs this
 // kernel only on a device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -64,11 +65,13 @@
 #include "cuda/sm90/bwd_dq_writer.cuh"
 #include "cuda/sm90/bwd_epilogue.cuh"
 #include "cuda/sm90/bwd_mainloop.cuh"
+#include "cuda/sm90/bwd_q_do_loads.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/bwd_shape.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/registers.cuh"
 #include "cuda/sm90/swizzle128_tile.cuh"
+#include "cuda/sm90/tma_load.cuh"
 #include "cuda/sm90/wgmma.cuh"
 #include "cuda/sm90/wgmma_descriptor.cuh"
 
@@ -77,7 +80,7 @@ namespace flashattn::cuda::sm90 {
 template <class T, int D, bool kDropout, bool kDeterministic>
 __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const ScoreScales sc,
-               const BwdWorkspace w) {
+               const BwdWorkspace w, const __grid_constant__ BwdTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, kDeterministic>;
   using QTile = typename S::QTile;
@@ -134,6 +137,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t ds_smem = base + offsetof(Storage, ds_pt);
   const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
   float* stats = reinterpret_cast<float*>(smem_raw + (base + offsetof(Storage, stats) - raw_addr));
+  const uint32_t q_do_full = base + offsetof(Storage, q_do_full);
   const uint32_t dq_smem = base + offsetof(Storage, dq);
   uint32_t stash_smem = 0, stash_bars = 0, scratch_smem = 0;
   if constexpr (S::kDqWriter) {
@@ -143,21 +147,26 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   } else {
     scratch_smem = dq_smem + offsetof(DqStorage, scratch);  // [warp]
   }
-  if constexpr (S::kDqWriter) {
-    if (tid == 0) {
-      for (int buffer = 0; buffer < 2; ++buffer) {
+  if (tid == 0) {
+    for (int buffer = 0; buffer < 2; ++buffer) {
+      mbarrier::init(q_do_full + 8 * buffer, 1);
+      if constexpr (S::kDqWriter) {
         mbarrier::init(bwd_stash_full(stash_bars, buffer), S::kMmaThreads);
         mbarrier::init(bwd_stash_empty(stash_bars, buffer), S::kWriterHalfThreads);
       }
-      mbarrier::fence_init();
     }
-    __syncthreads();
+    mbarrier::fence_init();
+    if (maps.ok) {
+      tma::prefetch_map(&maps.q);
+      tma::prefetch_map(&maps.dout);
+    }
   }
+  __syncthreads();
 
+  // Q and dO by TMA or cp.async (bwd_q_do_loads.cuh).
+  BwdQdoLoads<S, decltype(seq)> q_do_loads{maps, p, seq, q_smem, do_smem, q_do_full, tid};
   auto load_q_do = [&](int g, int m, int buffer) {
-    seq.template copy_q_do_async<D, S::kMmaThreads>(p, hk * group + g, m,
-                                                    q_smem + buffer * QTile::kBytes,
-                                                    do_smem + buffer * QTile::kBytes, tid);
+    q_do_loads.issue(hk * group + g, m, buffer);
   };
   auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
 
@@ -240,23 +249,30 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     int next_g = g, next_m = m;
     advance(next_g, next_m);
     prim::thread::cp_async_wait<0>();
+    q_do_loads.wait(iteration % 2);
     wg::fence_proxy_async_shared();
     // This block's Q, dO landed; every warpgroup is done with the other buffer.
     prim::named_sync(kMmaBarrier, S::kMmaThreads);
-    if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
-    prim::thread::cp_async_commit();
+    // The next step's Q, dO (into the other buffer) and row statistics, each issued where
+    // BwdShape::kNextCopies / kNextStats say (`at`: the point of the step calling).
     float staged = 0.f;
-    auto stage_next_stats = [&]() {
-      staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
+    auto issue_next = [&](auto at) {
+      if constexpr (S::kNextCopies == decltype(at)::value) {
+        if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
+        prim::thread::cp_async_commit();
+      }
+      if constexpr (S::kNextStats == decltype(at)::value) {
+        staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
+      }
     };
-    if constexpr (!Step::kStatsAfterRelease) stage_next_stats();
+    issue_next(BwdNextLoadsAt<BwdNextLoads::kStepStart>{});
     const KeyBlocks kb = seq.blocks_of(m);
     const int h = hk * group + g;
     const int turn = seq.turn(m, kb);
     if (n >= kb.unmasked_begin && n < kb.unmasked_end) {
-      step.run(unmasked, h, m, iteration, turn, stage_next_stats);
+      step.run(unmasked, h, m, iteration, turn, issue_next);
     } else {
-      step.run(masked, h, m, iteration, turn, stage_next_stats);
+      step.run(masked, h, m, iteration, turn, issue_next);
     }
     if (tid < 2 * kBlockM) stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
     g = next_g;

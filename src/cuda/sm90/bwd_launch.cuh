@@ -7,6 +7,8 @@
 #include "cuda/common/score_transform.cuh"
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
+#include "cuda/sm90/bwd_q_do_loads.cuh"
+#include "cuda/sm90/tensor_map.hpp"
 
 namespace flashattn::cuda::sm90 {
 
@@ -23,7 +25,16 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   const dim3 grid((p.seqlen_k + S::kBlockN - 1) / S::kBlockN, p.nheads_k * w.kv_splits,
                   p.batch);
   const ScoreScales scores = score_scales(p);
-  kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, scores, w);
+  // Q and dO by TMA where both map (16-byte aligned base and strides); else by cp.async.
+  BwdTmaMaps maps{};
+  const int q_rows = p.is_varlen() ? p.total_q : p.seqlen_q;
+  maps.ok = encode_operand_tensor_map(&maps.q, p.q.ptr,
+                                      operand_extent(p, p.q, q_rows, p.nheads, D), S::kBlockM)
+                .empty() &&
+            encode_operand_tensor_map(&maps.dout, p.dout.ptr,
+                                      operand_extent(p, p.dout, q_rows, p.nheads, D), S::kBlockM)
+                .empty();
+  kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, scores, w, maps);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
 }
 

@@ -61,11 +61,6 @@ struct BwdMmaStep {
   using QCols = WgmmaOperand<QTile, Major::kMN>;  // B of dV / dK: k = queries, n = head dim
   using PCols = WgmmaOperand<PTile, Major::kMN>;  // A of dQ: k = keys, m = queries
   using KCols = WgmmaOperand<KTile, Major::kMN>;  // B of dQ: k = keys, n = head dim
-  // Deterministic without the writer: the release of the previous step's turn also waits for
-  // the loads the warp has in flight, so the next step's row statistics, needed only at the end
-  // of the step, are loaded after it, which lowered the deterministic mode's cost at d = 256
-  // (bench/RESULTS.md).
-  static constexpr bool kStatsAfterRelease = kDeterministic && !S::kDqWriter;
   using KvFragments = float[S::kKvCols / 2];
 
   const core::BackwardParams& p;
@@ -100,11 +95,11 @@ struct BwdMmaStep {
   }
 
   // The step of query block m of head h (the block's iteration-th; turn: its deterministic
-  // turn). stage_next_stats loads the next step's row statistics (kStatsAfterRelease: once
-  // this step has released the previous one's turn).
-  template <class Masked, class StageNextStats>
+  // turn). issue_next(BwdNextLoadsAt<point>) issues the next step's loads that
+  // S::kNextCopies / kNextStats place at that point of the step.
+  template <class Masked, class IssueNext>
   __device__ __forceinline__ void run(Masked masked, int h, int m, int iteration, int turn,
-                                      StageNextStats&& stage_next_stats) const {
+                                      IssueNext&& issue_next) const {
     namespace wg = warpgroup;
     const int buffer = iteration % 2;
     const int m0 = m * kBlockM;
@@ -131,6 +126,10 @@ struct BwdMmaStep {
       for (int ks = 0; ks < D / 16; ++ks) {
         wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
                                                     QRows::advance(q_rows_desc, ks), ks > 0);
+        if (ks < S::kEarlyDpSteps) {
+          wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+                                                      QRows::advance(do_rows_desc, ks), ks > 0);
+        }
       }
       wg::commit_group();
       // Register i of s / dp is element [i / 4][i % 4] of kNT mma.sync-shaped 16 x 8 tiles:
@@ -153,14 +152,14 @@ struct BwdMmaStep {
       };
       if constexpr (S::kDropoutDrawBeforeDp) draw_masks();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int ks = S::kEarlyDpSteps; ks < D / 16; ++ks) {
         wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
                                                     QRows::advance(do_rows_desc, ks), ks > 0);
       }
       wg::commit_group();
       if (part == 0) {
         release_turn();  // the previous step's, after this step's first barrier
-        if constexpr (kStatsAfterRelease) stage_next_stats();
+        issue_next(BwdNextLoadsAt<BwdNextLoads::kAfterSdp>{});
       }
       if constexpr (!S::kDropoutDrawBeforeDp) draw_masks();
       auto dropout_apply = [&](float(&x)[S::kSdpQueries / 2]) {
@@ -293,8 +292,10 @@ struct BwdMmaStep {
             dk, dst[ks], QCols::advance(q_cols_desc, kMSteps * (S::kSdpParts - 1) + ks), true);
       }
       wg::commit_group();
+      issue_next(BwdNextLoadsAt<BwdNextLoads::kAfterDq>{});
       wg::wait_group<1>();
     } else {
+      issue_next(BwdNextLoadsAt<BwdNextLoads::kAfterDq>{});
       wg::wait_group<0>();
       wg::fence_operands(dv);
       wg::fence_operands(dk);

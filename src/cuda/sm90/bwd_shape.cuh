@@ -5,11 +5,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/backward_tuning.hpp"
 #include "cuda/sm90/swizzle128_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
+
+// Where a step issues the next step's Q / dO copies or row statistics: at its start, right
+// after the barrier that frees their buffer; once its first S^T and dP^T are in flight (and the
+// previous step's turn is released); or once its dQ (and the key split's last dK) product is
+// issued, while the MMA warps would wait for it. Any of them leaves the buffer free: both
+// warpgroups finished the step before last when they passed this step's first barrier.
+enum class BwdNextLoads { kStepStart, kAfterSdp, kAfterDq };
+template <BwdNextLoads kAt>
+using BwdNextLoadsAt = std::integral_constant<BwdNextLoads, kAt>;
 
 // kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
 // the writer's halves are compiled into it alone: in one kernel with the default mode they
@@ -65,6 +75,22 @@ struct BwdShape {
   // or once both are in flight (bwd_mainloop.cuh); the faster of the two by head dim
   // (bench/RESULTS.md).
   static constexpr bool kDropoutDrawBeforeDp = D == 64;
+  // dP^T's first k-steps issued between S^T's, in S^T's wgmma group (the P^T element-wise step
+  // then waits for them too): faster at d = 128 only (bench/RESULTS.md).
+  static constexpr int kEarlyDpSteps = D == 128 ? D / 32 : 0;
+  // The default mode's: the fastest of the three by head dim (bench/RESULTS.md); the later ones
+  // keep the copies' addresses live across products, which at d = 128 spills more. The
+  // deterministic mode's: the copies at the start; without the writer the statistics after
+  // the turn's release, whose wait covers the loads the warp has in flight (bench/RESULTS.md).
+  static constexpr BwdNextLoads kDefaultNextLoads = D == 64    ? BwdNextLoads::kAfterSdp
+                                                    : D == 128 ? BwdNextLoads::kStepStart
+                                                               : BwdNextLoads::kAfterDq;
+  static constexpr BwdNextLoads kNextCopies =
+      kDeterministic ? BwdNextLoads::kStepStart : kDefaultNextLoads;
+  static constexpr BwdNextLoads kNextStats =
+      !kDeterministic ? kDefaultNextLoads
+      : kDqWriter     ? BwdNextLoads::kStepStart
+                      : BwdNextLoads::kAfterSdp;
 };
 
 // The dQ writer's: two stashes and their handoff, an mbarrier per buffer for "full" (every MMA
@@ -91,7 +117,8 @@ __device__ __forceinline__ uint32_t bwd_stash_empty(uint32_t bars, int buffer) {
 }
 
 // Shared memory (the dynamic allocation, aligned up to the 1024-byte swizzle atom): Q and dO
-// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics; then
+// double-buffered, K, V, dS^T (and P^T with the column split), the rows' statistics, the Q / dO
+// buffers' mbarriers; then
 // either the dQ writer's two stashes and their mbarriers or each warp's dQ scratch. The kernel
 // addresses it in the shared window, as the aligned base plus a member's offset.
 template <class S>
@@ -102,6 +129,7 @@ struct BwdStorage {
   uint8_t v[S::KTile::kBytes];
   uint8_t ds_pt[S::kPTiles][S::PTile::kBytes];  // dS^T, then P^T (column split only)
   float stats[2][2][S::kBlockM];                 // [buffer][lse2 | D][row]
+  uint64_t q_do_full[2];  // per Q / dO buffer: its TMA copies landed (BwdQdoLoads)
   BwdDqStorage<S> dq;
 };
 

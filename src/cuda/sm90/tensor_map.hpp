@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/params.hpp"
+
 namespace flashattn::cuda::sm90 {
 namespace detail {
 
@@ -114,6 +116,24 @@ inline std::string encode_operand_tensor_map(CUtensorMap* map, const void* base,
                                  static_cast<cuuint64_t>(e.head_stride) * bytes,
                                  static_cast<cuuint64_t>(e.batch_stride) * bytes};
   return detail::encode_swizzled_boxes(map, base, 4, dims, strides, box_rows, 1, e.elem_bytes);
+}
+
+// The extent of a [batch][rows][heads][cols] operand of elem_bytes elements as its map sees
+// it: a varlen operand is one batch entry of all its rows. Strides of dimensions of one entry
+// are never used; they get a valid value (16 elements: a multiple of 16 bytes).
+inline OperandExtent operand_extent(const core::AttentionParams& p, const core::Operand& op,
+                                    int rows, int heads, int cols, int elem_bytes = 2) {
+  const bool varlen = p.is_varlen();
+  OperandExtent e;
+  e.cols = static_cast<uint64_t>(cols);
+  e.rows = static_cast<uint64_t>(rows > 0 ? rows : 1);  // no rows: no tile loads any
+  e.heads = static_cast<uint64_t>(heads);
+  e.batch = varlen ? 1 : static_cast<uint64_t>(p.batch);
+  e.row_stride = op.row_stride;
+  e.head_stride = heads == 1 ? 16 : op.head_stride;
+  e.batch_stride = (varlen || p.batch == 1) ? 16 : op.batch_stride;
+  e.elem_bytes = elem_bytes;
+  return e;
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -38,6 +38,15 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
   // GQA on few blocks (not deterministic): 7 query heads split among blocks, fp32 partials.
   Problem gqa_split = dense_problem(DType::kBF16, {1, 14, 2, 150, 260, 64}, 20);
   gqa_split.causal = true;
+  // Hopper: Q and dO by TMA in whole blocks, by cp.async in each sequence's partial last one
+  // (block_m 64 at d = 128, 128 at d = 64).
+  Problem tma_varlen = dense_problem(DType::kBF16, {0, 2, 1, 0, 0, 128}, 21);
+  tma_varlen.seqlens_q = {70, 200};
+  tma_varlen.seqlens_k = {90, 180};
+  Problem tma_varlen_wide = dense_problem(DType::kF16, {0, 2, 2, 0, 0, 64}, 22);
+  tma_varlen_wide.seqlens_q = {130, 256};
+  tma_varlen_wide.seqlens_k = {140, 250};
+  tma_varlen_wide.causal = true;
   for (bool deterministic : {false, true}) {
     fa_test::Runner runner = cuda_runner();
     if (deterministic) {
@@ -50,7 +59,7 @@ TEST_F(CudaBackwardSanitize, SmallProblems) {
     }
     for (const Problem& p :
          {causal, more_keys, fewer_keys, gqa_small_dim, windowed_varlen, rotated, sliced,
-          writer_halves, turn_groups, gqa_split}) {
+          writer_halves, turn_groups, gqa_split, tma_varlen, tma_varlen_wide}) {
       expect_passes(fa_test::check_backward(p, runner));
     }
   }
