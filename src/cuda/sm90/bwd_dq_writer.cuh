@@ -27,6 +27,9 @@ template <class S, bool kDeterministic, class Sequence>
 struct BwdDqWriter {
   static constexpr int D = S::kHeadDim;
   static constexpr int kBlockM = S::kBlockM;
+  // Rows a pass of the half's threads covers, 16 bytes per thread.
+  static constexpr int kRowStep = S::kWriterHalfThreads / (D / 4);
+  static_assert(S::kWriterHalfThreads % (D / 4) == 0, "a pass covers whole rows");
 
   const core::BackwardParams& p;
   const BwdWorkspace& w;
@@ -64,17 +67,22 @@ struct BwdDqWriter {
         prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
       }
       mbarrier::wait(bwd_stash_full(stash_bars, buffer), (iteration / 2) & 1);
+      // This thread's 16-byte column of rows row0, row0 + kRowStep, ...: the addresses advance
+      // by constants, so that the loop fits the writer's 24 registers (indexing each addition
+      // from its position made ptxas precompute the addresses and spill them).
+      const int row0 = half_tid / (D / 4), col = 4 * (half_tid % (D / 4));
       const float* stash = reinterpret_cast<const float*>(
-          smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr));
-      float* accum = w.dq_accum + ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D);
+                               smem_raw + (stash_smem + buffer * S::kStashBytes - raw_addr)) +
+                           row0 * S::kStashStride + col;
+      float* accum = w.dq_accum +
+                     ((accum_row0 + m0) * p.nheads + h) * static_cast<int64_t>(D) +
+                     row0 * accum_row_stride + col;
       const int rows = min(kBlockM, seq.seqlen_q - m0);
 #pragma unroll 4
-      for (int q = half_tid; q < kBlockM * D / 4; q += S::kWriterHalfThreads) {
-        const int row = q / (D / 4), col = 4 * (q % (D / 4));
-        if (row < rows) {
-          atomicAdd(reinterpret_cast<float4*>(accum + row * accum_row_stride + col),
-                    *reinterpret_cast<const float4*>(stash + row * S::kStashStride + col));
-        }
+      for (int row = row0; row < rows; row += kRowStep) {
+        atomicAdd(reinterpret_cast<float4*>(accum), *reinterpret_cast<const float4*>(stash));
+        stash += kRowStep * S::kStashStride;
+        accum += kRowStep * accum_row_stride;
       }
       mbarrier::arrive(bwd_stash_empty(stash_bars, buffer));
       if constexpr (kDeterministic) {
