@@ -26,6 +26,7 @@ leave the others waiting in the ring.
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import time
@@ -271,6 +272,14 @@ def format_row(row):
             f"({row['estimated_bytes_per_element']:.1f} estimated)")
 
 
+def _free_port():
+    """A TCP port of the loopback that no one holds now, for the ranks' rendezvous (a port
+    derived from the pid could be one another process holds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _spawned(rank, world, args, port, queue):
     run(rank, world, args, port, queue)
 
@@ -293,7 +302,7 @@ def main(argv=None):
         for world in (int(w) for w in args.nproc.split(",")):
             if torch.cuda.is_available() and world > torch.cuda.device_count():
                 sys.exit(f"--nproc {world}: only {torch.cuda.device_count()} GPUs visible")
-            port = 29500 + (os.getpid() % 1000) + world
+            port = _free_port()
             if world == 1:
                 run(0, 1, args, port, all_rows)
                 continue

@@ -239,9 +239,10 @@ def test_context_parallel_benchmark_smoke(tmp_path):
         pytest.skip("bench/ is not part of this checkout")
     rows = tmp_path / "rows.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, script, "--smoke", "--nproc", "1,2", "--seqlens", "64",
-                    "--variants", "ring-zigzag,ulysses", "--json", str(rows)],
-                   check=True, timeout=180, env=env, capture_output=True)
+    done = subprocess.run([sys.executable, script, "--smoke", "--nproc", "1,2", "--seqlens", "64",
+                           "--variants", "ring-zigzag,ulysses", "--json", str(rows)],
+                          timeout=180, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-4000:]}"
     measured = json.loads(rows.read_text())
     assert {(r["world"], r["variant"], r["mode"]) for r in measured} == {
         (1, "single", "fwd"), (1, "single", "fwd+bwd"), (2, "ring-zigzag", "fwd"),
