@@ -197,6 +197,8 @@ struct BwdDropoutMask {
     }
     const int g = lane / 4, t = lane % 4;
     const int key_g = 4 * (g / 2) + g % 2;  // key g's bit in a draw; key g + 8's is 2 further
+    // Bits 16 k + 2 h of a draw's word, h = 0, 1, for each of its kRounds halves.
+    constexpr uint32_t kHalves = kRounds > 1 ? 0x00050005u : 0x5u;
 #pragma unroll
     for (int source = 0; source < 8; ++source) {
       // Column parity e of tiles 4 k + pp was drawn by lane 2 t + e + 8 pp. Shifted down by
@@ -206,8 +208,7 @@ struct BwdDropoutMask {
       // tiles past NT are never read.
       const int e = source % 2, pp = source / 2;
       const uint32_t got = __shfl_sync(0xffffffffu, drawn, 2 * t + e + 8 * pp) >> key_g;
-      const uint32_t halves = kRounds > 1 ? 0x00050005u : 0x5u;
-      bits |= (got << (4 * pp + e)) & (halves << (4 * pp + e));
+      bits |= (got << (4 * pp + e)) & (kHalves << (4 * pp + e));
     }
   }
 

@@ -28,12 +28,12 @@ Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
   // Q and dO by TMA where both map (16-byte aligned base and strides); else by cp.async.
   BwdTmaMaps maps{};
   const int q_rows = p.is_varlen() ? p.total_q : p.seqlen_q;
-  maps.ok = encode_operand_tensor_map(&maps.q, p.q.ptr,
-                                      operand_extent(p, p.q, q_rows, p.nheads, D), S::kBlockM)
-                .empty() &&
-            encode_operand_tensor_map(&maps.dout, p.dout.ptr,
-                                      operand_extent(p, p.dout, q_rows, p.nheads, D), S::kBlockM)
-                .empty();
+  auto encode = [&](CUtensorMap* map, const core::Operand& op) {
+    return encode_operand_tensor_map(map, op.ptr, operand_extent(p, op, q_rows, p.nheads, D),
+                                     S::kBlockM)
+        .empty();
+  };
+  maps.ok = encode(&maps.q, p.q) && encode(&maps.dout, p.dout);
   kernel<<<grid, S::kThreads, kSmemBytes, stream>>>(p, scores, w, maps);
   return cuda_status(cudaGetLastError(), "launching the sm90 backward kernel");
 }

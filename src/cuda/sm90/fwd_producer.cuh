@@ -20,8 +20,9 @@
 // the copies (a TMA copy takes its coordinates from uniform registers, so a warp issues its
 // lanes' copies one after another). The entries of a block are read before the producer waits
 // for the ring slot its K goes to, so that the read's latency passes while the slot drains,
-// and kept for the V of the same block (loaded one block later). Boxes that start past the sequence's last key are not loaded (their table
-// entries may not exist); the mask hides their K rows and the mainloop zeroes their V rows.
+// and kept for the V of the same block (loaded one block later). Boxes that start past the
+// sequence's last key are not loaded (their table entries may not exist); the mask hides their
+// K rows and the mainloop zeroes their V rows.
 #pragma once
 
 #include <cstdint>

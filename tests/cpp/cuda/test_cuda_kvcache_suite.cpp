@@ -40,6 +40,16 @@ class CudaKVCache : public CudaTestWithParam<DType> {
     expect_passes(fa_test::check_kvcache(p, cuda_runner()));
   }
 
+  // The workspace the CUDA backend asks for problem p (callers wrap it in
+  // ASSERT_NO_FATAL_FAILURE).
+  static void cuda_workspace_of(const KVCacheProblem& p, size_t* bytes) {
+    const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
+    fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
+    const flashattn::Status status =
+        cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), bytes);
+    ASSERT_TRUE(status.ok()) << status.message();
+  }
+
  private:
   uint32_t next_seed_ = 1;
 };
@@ -143,12 +153,8 @@ TEST_P(CudaKVCache, PagedEveryPageSizeClass) {
 TEST_P(CudaKVCache, PagedPrefillRunsTheForwardKernel) {
   auto expect_forward_route = [](const KVCacheProblem& p) {
     SCOPED_TRACE(p.describe());
-    const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
-    fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
     size_t workspace = 0;
-    const flashattn::Status sized =
-        cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &workspace);
-    ASSERT_TRUE(sized.ok()) << sized.message();
+    ASSERT_NO_FATAL_FAILURE(cuda_workspace_of(p, &workspace));
     const size_t partial_out = size_t(2) * p.batch * p.nheads * p.seqlen_q * p.head_dim * 4;
     EXPECT_LT(workspace, partial_out) << "the paged prefill did not take the forward kernel";
     expect_passes_on_cuda(p);
@@ -335,12 +341,8 @@ TEST_P(CudaKVCache, WorkspaceOnlyForThePaddedPath) {
     KVCacheProblem p = problem(d);
     p.seqlen_new = 1;
     p.num_splits = 1;
-    const fa_test::KVCacheInputs inputs = fa_test::make_kvcache_inputs(p);
-    fa_test::KVCacheOutputs outputs = fa_test::make_kvcache_outputs(p, inputs);
     size_t bytes = 0;
-    const flashattn::Status status =
-        cuda_workspace_size(fa_test::kvcache_args(p, inputs, &outputs), &bytes);
-    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_NO_FATAL_FAILURE(cuda_workspace_of(p, &bytes));
     const size_t cache_copy = size_t(p.batch) * p.seqlen_cache * p.nheads_k * 64 * 2;
     if (d == 64) {
       EXPECT_EQ(bytes, 0u);
