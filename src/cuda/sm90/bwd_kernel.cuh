@@ -58,6 +58,7 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/named_barrier.cuh"
 #include "cuda/prim/shared_access.cuh"
+#include "cuda/prim/uniform.cuh"
 #include "cuda/common/bwd_sequence.cuh"
 #include "cuda/common/block_mask.cuh"
 #include "cuda/common/score_transform.cuh"
@@ -168,7 +169,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   auto load_q_do = [&](int g, int m, int buffer) {
     q_do_loads.issue(hk * group + g, m, buffer);
   };
-  auto load_stats = [&](int g, int m) { return seq.row_stat(p, w, hk * group + g, m, tid); };
+  auto load_stats = [&](int g, int m) {
+    return seq.row_stat(p, w, hk * group + g, m,
+                        S::kUniformIndices ? prim::thread_index_fresh() : tid);
+  };
 
   // This warpgroup's shares (the rows of each are 64): keys [key0, key0 + 64) of S^T / dP^T
   // against queries [sdp_query0, + kSdpQueries); keys [key0, ...) of dK / dV at columns
@@ -184,11 +188,19 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   using KRows = typename Step::KRows;
   using PCols = typename Step::PCols;
   using KCols = typename Step::KCols;
-  const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(key0, 0));
-  const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(key0, 0));
-  const uint32_t q_cols_offset = QTile::byte_offset(0, kv_col0);
-  const uint64_t ds_cols_desc = PCols::descriptor(ds_smem + PTile::byte_offset(0, dq_query0));
-  const uint64_t k_cols_desc = KCols::descriptor(k_smem + KTile::byte_offset(0, dq_col0));
+  // The descriptors from a warp-uniform copy of the warpgroup's index where the shape says
+  // (BwdShape::kUniformIndices).
+  const int uniform_group = S::kUniformIndices ? prim::warp_uniform(group_index) : group_index;
+  const int desc_key0 = S::kKeySplit ? 64 * uniform_group : 0;
+  const int desc_kv_col0 = S::kKeySplit ? 0 : S::kKvCols * uniform_group;
+  const int desc_dq_query0 = S::kDqSplitsQueries ? 64 * uniform_group : 0;
+  const int desc_dq_col0 = S::kDqSplitsQueries ? 0 : S::kDqCols * uniform_group;
+  const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(desc_key0, 0));
+  const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(desc_key0, 0));
+  const uint32_t q_cols_offset = QTile::byte_offset(0, desc_kv_col0);
+  const uint64_t ds_cols_desc =
+      PCols::descriptor(ds_smem + PTile::byte_offset(0, desc_dq_query0));
+  const uint64_t k_cols_desc = KCols::descriptor(k_smem + KTile::byte_offset(0, desc_dq_col0));
 
   // This thread's fragment rows (of the warpgroup's 64) and columns (wgmma_fragments.cuh).
   const int warp_row0 = (tid % 128) / 32 * 16;

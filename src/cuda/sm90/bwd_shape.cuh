@@ -78,6 +78,12 @@ struct BwdShape {
   // dP^T's first k-steps issued between S^T's, in S^T's wgmma group (the P^T element-wise step
   // then waits for them too): faster at d = 128 only (bench/RESULTS.md).
   static constexpr int kEarlyDpSteps = D == 128 ? D / 32 : 0;
+  // Indices out of spilled registers (prim/uniform.cuh): the operand descriptors computed from
+  // a warp-uniform copy of the warpgroup's index, which ptxas keeps in uniform registers, and
+  // the row statistics' loads from a thread index read again. At d = 128 ptxas had spilled
+  // both and reloaded them from L2 on each step's path; at d = 64 and 256 the same code made
+  // it spill other values and ran slower (bench/RESULTS.md).
+  static constexpr bool kUniformIndices = D == 128;
   // The default mode's: the fastest of the three by head dim (bench/RESULTS.md); the later ones
   // keep the copies' addresses live across products, which at d = 128 spills more. The
   // deterministic mode's: the copies at the start; without the writer the statistics after
