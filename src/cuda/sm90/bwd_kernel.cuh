@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   };
   auto load_stats = [&](int g, int m) {
     return seq.row_stat(p, w, hk * group + g, m,
-                        S::kUniformIndices ? prim::thread_index_fresh() : tid);
+                        S::kFreshStatsIndex ? prim::thread_index_fresh() : tid);
   };
 
   // This warpgroup's shares (the rows of each are 64): keys [key0, key0 + 64) of S^T / dP^T
@@ -189,8 +189,10 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   using PCols = typename Step::PCols;
   using KCols = typename Step::KCols;
   // The descriptors from a warp-uniform copy of the warpgroup's index where the shape says
-  // (BwdShape::kUniformIndices).
-  const int uniform_group = S::kUniformIndices ? prim::warp_uniform(group_index) : group_index;
+  // (BwdShape::kDescriptors).
+  const int uniform_group = S::kDescriptors == BwdDescriptors::kUniform
+                                ? prim::warp_uniform(group_index)
+                                : group_index;
   const int desc_key0 = S::kKeySplit ? 64 * uniform_group : 0;
   const int desc_kv_col0 = S::kKeySplit ? 0 : S::kKvCols * uniform_group;
   const int desc_dq_query0 = S::kDqSplitsQueries ? 64 * uniform_group : 0;

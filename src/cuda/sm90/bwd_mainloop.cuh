@@ -7,6 +7,7 @@
 // the deterministic turn not yet passed on.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -21,6 +22,7 @@
 #include "cuda/prim/math.cuh"
 #include "cuda/prim/named_barrier.cuh"
 #include "cuda/prim/shared_access.cuh"
+#include "cuda/prim/uniform.cuh"
 #include "cuda/sm90/bwd_shape.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -111,6 +113,19 @@ struct BwdMmaStep {
 
     const uint64_t do_cols_desc = QCols::descriptor(do_buf + q_cols_offset);
     const uint64_t q_cols_desc = QCols::descriptor(q_buf + q_cols_offset);
+    // The K / V rows' and dS^T columns' descriptors: the block's, or with
+    // BwdDescriptors::kPerStep derived again from a re-read thread index, so that nothing
+    // holds them across steps (BwdShape::kDescriptors). K and V lie at fixed offsets from Q.
+    uint64_t k_rows = k_rows_desc, v_rows = v_rows_desc, ds_cols = ds_cols_desc;
+    if constexpr (S::kDescriptors == BwdDescriptors::kPerStep) {
+      using Storage = BwdStorage<S>;
+      const int group = prim::thread_index_fresh() / 128;
+      const uint32_t k_smem = q_smem + (offsetof(Storage, k) - offsetof(Storage, q));
+      const uint32_t v_smem = q_smem + (offsetof(Storage, v) - offsetof(Storage, q));
+      k_rows = KRows::descriptor(k_smem + KTile::byte_offset(S::key0_of(group), 0));
+      v_rows = KRows::descriptor(v_smem + KTile::byte_offset(S::key0_of(group), 0));
+      ds_cols = PCols::descriptor(ds_smem + PTile::byte_offset(0, S::dq_query0_of(group)));
+    }
     // dS^T's fragments of a pass, declared here because the key split's last pass's dK
     // product is issued after dQ's (so that the dQ stash is stored while dK multiplies).
     uint32_t dst[kMSteps][4];
@@ -124,10 +139,10 @@ struct BwdMmaStep {
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows_desc, ks),
+        wg::mma_ss<S::kSdpQueries, T, false, false>(s, KRows::advance(k_rows, ks),
                                                     QRows::advance(q_rows_desc, ks), ks > 0);
         if (ks < S::kEarlyDpSteps) {
-          wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+          wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows, ks),
                                                       QRows::advance(do_rows_desc, ks), ks > 0);
         }
       }
@@ -153,7 +168,7 @@ struct BwdMmaStep {
       if constexpr (S::kDropoutDrawBeforeDp) draw_masks();
 #pragma unroll
       for (int ks = S::kEarlyDpSteps; ks < D / 16; ++ks) {
-        wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows_desc, ks),
+        wg::mma_ss<S::kSdpQueries, T, false, false>(dp, KRows::advance(v_rows, ks),
                                                     QRows::advance(do_rows_desc, ks), ks > 0);
       }
       wg::commit_group();
@@ -279,7 +294,7 @@ struct BwdMmaStep {
     float dq[S::kDqCols / 2];
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
-      wg::mma_ss<S::kDqCols, T, true, true>(dq, PCols::advance(ds_cols_desc, ks),
+      wg::mma_ss<S::kDqCols, T, true, true>(dq, PCols::advance(ds_cols, ks),
                                             KCols::advance(k_cols_desc, ks), ks > 0);
     }
     wg::commit_group();

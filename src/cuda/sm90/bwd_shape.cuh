@@ -21,6 +21,9 @@ enum class BwdNextLoads { kStepStart, kAfterSdp, kAfterDq };
 template <BwdNextLoads kAt>
 using BwdNextLoadsAt = std::integral_constant<BwdNextLoads, kAt>;
 
+// Where the step's K / V rows and dS^T columns descriptors come from (BwdShape::kDescriptors).
+enum class BwdDescriptors { kKept, kUniform, kPerStep };
+
 // kDeterministic: the kernel of the deterministic mode. The turns, the accumulator slices and
 // the writer's halves are compiled into it alone: in one kernel with the default mode they
 // made the 24-register writer spill more and slowed the default mode (bench/RESULTS.md).
@@ -78,12 +81,23 @@ struct BwdShape {
   // dP^T's first k-steps issued between S^T's, in S^T's wgmma group (the P^T element-wise step
   // then waits for them too): faster at d = 128 only (bench/RESULTS.md).
   static constexpr int kEarlyDpSteps = D == 128 ? D / 32 : 0;
-  // Indices out of spilled registers (prim/uniform.cuh): the operand descriptors computed from
-  // a warp-uniform copy of the warpgroup's index, which ptxas keeps in uniform registers, and
-  // the row statistics' loads from a thread index read again. At d = 128 ptxas had spilled
-  // both and reloaded them from L2 on each step's path; at d = 64 and 256 the same code made
-  // it spill other values and ran slower (bench/RESULTS.md).
-  static constexpr bool kUniformIndices = D == 128;
+  // Loop invariants kept out of spilled registers (prim/uniform.cuh), where ptxas had spilled
+  // them and reloaded them from L2 on each step's path (bench/RESULTS.md):
+  //   kDescriptors: the K / V rows' and dS^T columns' operand descriptors computed at the
+  //     block's start from the warpgroup index (kKept), from a warp-uniform copy of it, which
+  //     ptxas keeps in uniform registers (kUniform), or again at each step from a re-read
+  //     thread index (kPerStep);
+  //   kFreshStatsIndex: the row statistics' loads find their row from a re-read thread index.
+  // Chosen per head dim by measurement: each made ptxas spill other values at other head dims.
+  static constexpr BwdDescriptors kDescriptors = D == 128  ? BwdDescriptors::kUniform
+                                                 : D == 64 ? BwdDescriptors::kPerStep
+                                                           : BwdDescriptors::kKept;
+  static constexpr bool kFreshStatsIndex = D != 256;
+  // A warpgroup's first key of S^T / dP^T / dK / dV, and its first dQ row (bwd_kernel.cuh).
+  static __device__ __forceinline__ int key0_of(int group) { return kKeySplit ? 64 * group : 0; }
+  static __device__ __forceinline__ int dq_query0_of(int group) {
+    return kDqSplitsQueries ? 64 * group : 0;
+  }
   // The default mode's: the fastest of the three by head dim (bench/RESULTS.md); the later ones
   // keep the copies' addresses live across products, which at d = 128 spills more. The
   // deterministic mode's: the copies at the start; without the writer the statistics after
