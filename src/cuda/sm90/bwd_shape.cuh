@@ -83,17 +83,18 @@ struct BwdShape {
   static constexpr int kEarlyDpSteps = D == 128 ? D / 32 : 0;
   // Loop invariants kept out of spilled registers (prim/uniform.cuh), where ptxas had spilled
   // them and reloaded them from L2 on each step's path (bench/RESULTS.md):
-  //   kDescriptors: the K / V rows' and dS^T columns' operand descriptors computed at the
-  //     block's start from the warpgroup index (kKept), from a warp-uniform copy of it, which
-  //     ptxas keeps in uniform registers (kUniform), or again at each step from a re-read
-  //     thread index (kPerStep);
+  //   kDescriptors: the operand descriptors that depend on the warpgroup, computed at the
+  //     block's start from its index (kKept), from a warp-uniform copy of it, which ptxas
+  //     keeps in uniform registers (kUniform), or, for the K / V rows and the dS^T columns,
+  //     again at each step from a re-read thread index (kPerStep);
   //   kFreshStatsIndex: the row statistics' loads find their row from a re-read thread index.
   // Chosen per head dim by measurement: each made ptxas spill other values at other head dims.
   static constexpr BwdDescriptors kDescriptors = D == 128  ? BwdDescriptors::kUniform
                                                  : D == 64 ? BwdDescriptors::kPerStep
                                                            : BwdDescriptors::kKept;
   static constexpr bool kFreshStatsIndex = D != 256;
-  // A warpgroup's first key of S^T / dP^T / dK / dV, and its first dQ row (bwd_kernel.cuh).
+  // A warpgroup's first key of S^T / dP^T / dK / dV, and its first dQ row (the kernel's key0
+  // and dq_query0), for the step's kPerStep descriptors.
   static __device__ __forceinline__ int key0_of(int group) { return kKeySplit ? 64 * group : 0; }
   static __device__ __forceinline__ int dq_query0_of(int group) {
     return kDqSplitsQueries ? 64 * group : 0;
