@@ -113,14 +113,15 @@ struct BwdSm90Tile {
   int warps;  // of the MMA warpgroups
   bool dq_writer;
   bool writer_halves;
+  bool stagger_dropout;  // the default mode's kernel with dropout: BwdSchedule::kStaggered
 };
 
 constexpr BwdSm90Tile bwd_sm90_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 8, true, false};
-    case 128: return {64, 128, 8, true, true};
-    case 256: return {64, 64, 8, false, false};
-    default: return {0, 0, 0, false, false};
+    case 64: return {128, 128, 8, true, false, false};
+    case 128: return {64, 128, 8, true, true, true};
+    case 256: return {64, 64, 8, false, false, false};
+    default: return {0, 0, 0, false, false, false};
   }
 }
 
@@ -140,14 +141,18 @@ constexpr int bwd_sm90_kv_splits(int64_t blocks, int group, int sms, bool determ
 }
 
 // Alignment slack for the 1024-byte swizzle atoms, Q and dO double-buffered, K, V, dS^T (and
-// P^T in the column split), the rows' lse and D double-buffered, the two Q / dO buffers'
-// mbarriers, and the dQ writer's two fp32 stashes (rows padded by 8 floats) and their four
-// mbarriers or, without the writer, a 16 x 32 fp32 scratch per warp.
-constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t) {
+// P^T in the column split, or dS^T's second buffer when staggered), the rows' lse and D
+// double-buffered, the two Q / dO buffers' two mbarriers each, and the dQ writer's two fp32
+// stashes (one when staggered; rows padded by 8 floats) and their two mbarriers each or,
+// without the writer, a 16 x 32 fp32 scratch per warp. `staggered`: the kernel's schedule
+// (sm90/bwd_shape.cuh).
+constexpr int bwd_sm90_smem_bytes(int head_dim, BwdSm90Tile t, bool staggered) {
   const bool key_split = t.block_n == 128;
   return 1024 + (4 * t.block_m + 2 * t.block_n) * head_dim * 2 +
-         (key_split ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m + 2 * 8 +
-         (t.dq_writer ? 2 * t.block_m * (head_dim + 8) * 4 + 4 * 8 : t.warps * 16 * 32 * 4);
+         (key_split && !staggered ? 1 : 2) * t.block_n * t.block_m * 2 + 16 * t.block_m +
+         4 * 8 +
+         (t.dq_writer ? (staggered ? 1 : 2) * (t.block_m * (head_dim + 8) * 4 + 2 * 8)
+                      : t.warps * 16 * 32 * 4);
 }
 
 constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
@@ -155,7 +160,9 @@ constexpr bool bwd_sm90_tile_valid(int head_dim, BwdSm90Tile t) {
          (t.block_n == 128 || (t.block_n == 64 && head_dim % 128 == 0 && t.block_m == 64)) &&
          t.block_n == bwd_sm80_tile(head_dim).block_n && (t.block_n == 128 || !t.dq_writer) &&
          (t.dq_writer || !t.writer_halves) &&
-         bwd_sm90_smem_bytes(head_dim, t) <= kBwdSmemMax;
+         (!t.stagger_dropout || (t.dq_writer && t.block_m == 64 && t.block_n == 128)) &&
+         bwd_sm90_smem_bytes(head_dim, t, false) <= kBwdSmemMax &&
+         bwd_sm90_smem_bytes(head_dim, t, t.stagger_dropout) <= kBwdSmemMax;
 }
 
 // The query block of the workspace's deterministic turn counters: the smallest block_m of the

@@ -1,6 +1,7 @@
 // The Hopper backward's dQ writer (BwdShape::kDqWriter): a third warpgroup, with few
 // registers, that takes each step's dQ from the MMA warpgroups' double-buffered fp32 stash
-// (BwdDqStorage) and adds it into the workspace's accumulator with 16-byte atomics, so that
+// (BwdDqStorage) and adds it into the workspace's accumulator with 16-byte atomics (with its
+// 128 threads, or the 96 beside the staggered schedule's producer warp), so that
 // the MMA warpgroups neither issue the atomics nor, in the deterministic mode, wait for turns.
 //
 // Each step of its half: wait for the stash (and, deterministic, first for the turn: the
@@ -45,7 +46,8 @@ struct BwdDqWriter {
 
   // tid: the block's thread index (the writer's threads follow the MMA warpgroups').
   __device__ __forceinline__ void run(int tid) const {
-    const int writer_tid = tid - S::kMmaThreads;
+    // The adders follow the MMA warpgroups and, staggered, the producer warp.
+    const int writer_tid = tid - S::kMmaThreads - S::kProducerThreads;
     const int m_blocks = order.m_blocks;
     const int writer_half = S::kWriterHalves == 2 ? writer_tid / S::kWriterHalfThreads : 0;
     const int half_tid =
@@ -53,7 +55,7 @@ struct BwdDqWriter {
     int g = order.g_begin, m = order.m_first;
     if (S::kWriterHalves == 2 && writer_half == 1) order.advance(g, m);  // from the second step
     for (int iteration = writer_half; m < m_blocks; iteration += S::kWriterHalves) {
-      const int buffer = iteration % 2;
+      const int buffer = iteration % S::kStashBuffers;
       const int h = hk * group + g;
       const int m0 = m * kBlockM;
       int32_t* counter = nullptr;
@@ -66,7 +68,7 @@ struct BwdDqWriter {
         }
         prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
       }
-      mbarrier::wait(bwd_stash_full(stash_bars, buffer), (iteration / 2) & 1);
+      mbarrier::wait(bwd_stash_full<S>(stash_bars, buffer), (iteration / S::kStashBuffers) & 1);
       // This thread's 16-byte column of rows row0, row0 + kRowStep, ...: the addresses advance
       // by constants, so that the loop fits the writer's 24 registers (indexing each addition
       // from its position made ptxas precompute the addresses and spill them).
@@ -84,7 +86,7 @@ struct BwdDqWriter {
         stash += kRowStep * S::kStashStride;
         accum += kRowStep * accum_row_stride;
       }
-      mbarrier::arrive(bwd_stash_empty(stash_bars, buffer));
+      mbarrier::arrive(bwd_stash_empty<S>(stash_bars, buffer));
       if constexpr (kDeterministic) {
         prim::named_sync(kWriterBarrier + writer_half, S::kWriterHalfThreads);
         if (half_tid == 0) prim::add_release(counter, 1);

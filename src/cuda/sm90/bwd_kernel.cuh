@@ -33,10 +33,19 @@
 // small shared-memory scratch so that its atomics cover whole 128-byte lines
 // (BwdShape::kScratchBytes), and in the deterministic mode takes its turns itself.
 //
+// That is the lock-step schedule. Where the shape says (BwdSchedule::kStaggered: the default
+// mode's kernel with dropout at d = 128) the writer warpgroup's first warp is a producer
+// (bwd_producer.cuh) that loads each step's Q, dO and row statistics on full / empty
+// mbarriers, dS^T has a buffer per step parity, and the MMA warpgroups take turns at dQ: at
+// step i warpgroup i % 2 waits for the other's dS^T half and multiplies the whole 64 x D dQ,
+// while the other goes on to step i + 1, so that one's element-wise phase overlaps the other's
+// products.
+//
 // Parts: bwd_shape.cuh (the shape, the register budgets, shared memory as a struct),
 // bwd_scheduler.cuh (the order of a block's steps), bwd_q_do_loads.cuh (Q and dO into their
-// buffers), bwd_mainloop.cuh (the MMA warpgroups' step), bwd_dq_writer.cuh (the third
-// warpgroup) and bwd_epilogue.cuh (dK and dV out); this file sets a block up and runs its loop.
+// buffers), bwd_producer.cuh (the staggered schedule's loads), bwd_mainloop.cuh (the MMA
+// warpgroups' step), bwd_dq_writer.cuh (the third warpgroup) and bwd_epilogue.cuh (dK and dV
+// out); this file sets a block up and runs its loop.
 //
 // The body is compiled in the sm_90a device pass only; the dispatch (backward.cu) runs this
 // kernel only on a device whose code for it came from that pass (DeviceLimits::sm90a).
@@ -66,6 +75,7 @@
 #include "cuda/sm90/bwd_dq_writer.cuh"
 #include "cuda/sm90/bwd_epilogue.cuh"
 #include "cuda/sm90/bwd_mainloop.cuh"
+#include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_q_do_loads.cuh"
 #include "cuda/sm90/bwd_scheduler.cuh"
 #include "cuda/sm90/bwd_shape.cuh"
@@ -83,7 +93,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     bwd_kernel(const __grid_constant__ core::BackwardParams p, const ScoreScales sc,
                const BwdWorkspace w, const __grid_constant__ BwdTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D, kDeterministic>;
+  using S = BwdShape<D, kDeterministic, kDropout>;
   using QTile = typename S::QTile;
   using KTile = typename S::KTile;
   using PTile = typename S::PTile;
@@ -138,22 +148,27 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const uint32_t ds_smem = base + offsetof(Storage, ds_pt);
   const uint32_t pt_smem = ds_smem + PTile::kBytes;  // column split only
   float* stats = reinterpret_cast<float*>(smem_raw + (base + offsetof(Storage, stats) - raw_addr));
-  const uint32_t q_do_full = base + offsetof(Storage, q_do_full);
+  const uint32_t q_do_full = base + offsetof(Storage, q_do_full);  // q_do_empty follows
+  static_assert(offsetof(Storage, q_do_empty) == offsetof(Storage, q_do_full) + 16);
   const uint32_t dq_smem = base + offsetof(Storage, dq);
   uint32_t stash_smem = 0, stash_bars = 0, scratch_smem = 0;
   if constexpr (S::kDqWriter) {
-    stash_smem = dq_smem + offsetof(DqStorage, stash);            // [2]
-    stash_bars = dq_smem + offsetof(DqStorage, stash_full);       // full[2], empty[2]
-    static_assert(offsetof(DqStorage, stash_empty) == offsetof(DqStorage, stash_full) + 16);
+    stash_smem = dq_smem + offsetof(DqStorage, stash);            // [kStashBuffers]
+    stash_bars = dq_smem + offsetof(DqStorage, stash_full);       // full[], empty[]
+    static_assert(offsetof(DqStorage, stash_empty) ==
+                  offsetof(DqStorage, stash_full) + 8 * S::kStashBuffers);
   } else {
     scratch_smem = dq_smem + offsetof(DqStorage, scratch);  // [warp]
   }
   if (tid == 0) {
     for (int buffer = 0; buffer < 2; ++buffer) {
-      mbarrier::init(q_do_full + 8 * buffer, 1);
-      if constexpr (S::kDqWriter) {
-        mbarrier::init(bwd_stash_full(stash_bars, buffer), S::kMmaThreads);
-        mbarrier::init(bwd_stash_empty(stash_bars, buffer), S::kWriterHalfThreads);
+      mbarrier::init(bwd_q_do_full(q_do_full, buffer), S::kStaggered ? 32 : 1);
+      if constexpr (S::kStaggered) {
+        mbarrier::init(bwd_q_do_empty(q_do_full, buffer), S::kMmaThreads);
+      }
+      if (S::kDqWriter && buffer < S::kStashBuffers) {
+        mbarrier::init(bwd_stash_full<S>(stash_bars, buffer), S::kDqThreads);
+        mbarrier::init(bwd_stash_empty<S>(stash_bars, buffer), S::kWriterHalfThreads);
       }
     }
     mbarrier::fence_init();
@@ -181,7 +196,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int sdp_query0 = S::kKeySplit ? 0 : S::kSdpQueries * group_index;
   const int kv_col0 = S::kKeySplit ? 0 : S::kKvCols * group_index;
   const int dq_query0 = S::kDqSplitsQueries ? 64 * group_index : 0;
-  const int dq_col0 = S::kDqSplitsQueries ? 0 : S::kDqCols * group_index;
+  const int dq_col0 = S::kDqSplitsCols ? S::kDqCols * group_index : 0;
 
   // The step's operand views (bwd_mainloop.cuh) of the descriptors that stay the same.
   using Step = BwdMmaStep<T, D, kDropout, kDeterministic, decltype(seq)>;
@@ -196,7 +211,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   const int desc_key0 = S::kKeySplit ? 64 * uniform_group : 0;
   const int desc_kv_col0 = S::kKeySplit ? 0 : S::kKvCols * uniform_group;
   const int desc_dq_query0 = S::kDqSplitsQueries ? 64 * uniform_group : 0;
-  const int desc_dq_col0 = S::kDqSplitsQueries ? 0 : S::kDqCols * uniform_group;
+  const int desc_dq_col0 = S::kDqSplitsCols ? S::kDqCols * uniform_group : 0;
   const uint64_t k_rows_desc = KRows::descriptor(k_smem + KTile::byte_offset(desc_key0, 0));
   const uint64_t v_rows_desc = KRows::descriptor(v_smem + KTile::byte_offset(desc_key0, 0));
   const uint32_t q_cols_offset = QTile::byte_offset(0, desc_kv_col0);
@@ -240,6 +255,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   if constexpr (S::kDqWriter) {
     if (group_index == 2) {
       wg::lower_registers<S::kWriterRegisters>();
+      if constexpr (S::kStaggered) {
+        if (tid < S::kMmaThreads + S::kProducerThreads) {
+          const BwdProducer<S, decltype(seq)> producer{
+              maps, p, w, seq, order, hk, group, q_smem, do_smem, stats, q_do_full};
+          producer.run(lane);
+          return;
+        }
+      }
       const BwdDqWriter<S, kDeterministic, decltype(seq)> writer{
           p, w, seq, order, hk, group, dq_slice, accum_row0, accum_row_stride,
           smem_raw, raw_addr, stash_smem, stash_bars};
@@ -250,11 +273,18 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   }
 
   seq.template copy_kv_async<D, S::kMmaThreads>(p, hk, k_smem, v_smem, tid);
-  if (m_first < m_blocks) {
-    load_q_do(g_begin, m_first, 0);
-    if (tid < 2 * kBlockM) stats[tid] = load_stats(g_begin, m_first);
+  if constexpr (S::kStaggered) {
+    prim::thread::cp_async_commit();
+    prim::thread::cp_async_wait<0>();
+    wg::fence_proxy_async_shared();
+    prim::named_sync(kMmaBarrier, S::kMmaThreads);  // K and V landed
+  } else {
+    if (m_first < m_blocks) {
+      load_q_do(g_begin, m_first, 0);
+      if (tid < 2 * kBlockM) stats[tid] = load_stats(g_begin, m_first);
+    }
+    prim::thread::cp_async_commit();
   }
-  prim::thread::cp_async_commit();
 
   constexpr std::true_type masked{};
   constexpr std::false_type unmasked{};
@@ -262,20 +292,25 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
   while (m < m_blocks) {
     int next_g = g, next_m = m;
     advance(next_g, next_m);
-    prim::thread::cp_async_wait<0>();
-    q_do_loads.wait(iteration % 2);
-    wg::fence_proxy_async_shared();
-    // This block's Q, dO landed; every warpgroup is done with the other buffer.
-    prim::named_sync(kMmaBarrier, S::kMmaThreads);
-    // The next step's Q, dO (into the other buffer) and row statistics, each issued where
-    // BwdShape::kNextCopies / kNextStats say (`at`: the point of the step calling).
+    if constexpr (S::kStaggered) {
+      // This step's Q, dO and statistics landed (the producer's copies are fenced already).
+      mbarrier::wait(bwd_q_do_full(q_do_full, iteration % 2), (iteration / 2) & 1);
+    } else {
+      prim::thread::cp_async_wait<0>();
+      q_do_loads.wait(iteration % 2);
+      wg::fence_proxy_async_shared();
+      // This block's Q, dO landed; every warpgroup is done with the other buffer.
+      prim::named_sync(kMmaBarrier, S::kMmaThreads);
+    }
+    // Lock step: the next step's Q, dO (into the other buffer) and row statistics, each issued
+    // where BwdShape::kNextCopies / kNextStats say (`at`: the point of the step calling).
     float staged = 0.f;
     auto issue_next = [&](auto at) {
-      if constexpr (S::kNextCopies == decltype(at)::value) {
+      if constexpr (!S::kStaggered && S::kNextCopies == decltype(at)::value) {
         if (next_m < m_blocks) load_q_do(next_g, next_m, (iteration + 1) % 2);
         prim::thread::cp_async_commit();
       }
-      if constexpr (S::kNextStats == decltype(at)::value) {
+      if constexpr (!S::kStaggered && S::kNextStats == decltype(at)::value) {
         staged = next_m < m_blocks ? load_stats(next_g, next_m) : 0.f;
       }
     };
@@ -288,7 +323,15 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads, 1)
     } else {
       step.run(masked, h, m, iteration, turn, issue_next);
     }
-    if (tid < 2 * kBlockM) stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
+    if constexpr (S::kStaggered) {
+      // This thread's products and statistics reads of the step are complete: the producer
+      // may refill the buffer. (Every thread arrives: one arrival per warp after __syncwarp
+      // left compute-sanitizer's racecheck without an order between the other lanes' reads
+      // and the producer's next statistics stores.)
+      mbarrier::arrive(bwd_q_do_empty(q_do_full, iteration % 2));
+    } else if (tid < 2 * kBlockM) {
+      stats[((iteration + 1) % 2) * 2 * kBlockM + tid] = staged;
+    }
     g = next_g;
     m = next_m;
     ++iteration;

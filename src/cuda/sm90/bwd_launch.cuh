@@ -15,9 +15,9 @@ namespace flashattn::cuda::sm90 {
 template <class T, int D, bool kDropout, bool kDeterministic>
 Status launch_backward(const core::BackwardParams& p, const BwdWorkspace& w,
                        cudaStream_t stream) {
-  using S = BwdShape<D, kDeterministic>;
+  using S = BwdShape<D, kDeterministic, kDropout>;
   constexpr int kSmemBytes = bwd_storage_bytes<S>();
-  static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, S::kTile),
+  static_assert(kSmemBytes == bwd_sm90_smem_bytes(D, S::kTile, S::kStaggered),
                 "the storage disagrees with the table's size");
   auto kernel = &bwd_kernel<T, D, kDropout, kDeterministic>;
   FA_CUDA_RETURN_IF_ERROR(
@@ -45,9 +45,12 @@ Status run_backward(const core::BackwardParams& p, const BwdWorkspace& w, cudaSt
                          : launch_backward<T, D, kDropout, false>(p, w, stream);
 }
 
+// The largest of the kernels' (the staggered schedule's storage differs).
 template <class T, int D>
 int backward_smem_bytes() {
-  return bwd_storage_bytes<BwdShape<D>>();
+  const int lock_step = bwd_storage_bytes<BwdShape<D, false, false>>();
+  const int staggered = bwd_storage_bytes<BwdShape<D, false, true>>();
+  return lock_step > staggered ? lock_step : staggered;
 }
 
 }  // namespace flashattn::cuda::sm90

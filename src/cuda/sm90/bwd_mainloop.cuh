@@ -49,7 +49,7 @@ __device__ __forceinline__ void store_fragments(uint32_t tile, const uint32_t (&
 
 template <class T, int D, bool kDropout, bool kDeterministic, class Sequence>
 struct BwdMmaStep {
-  using S = BwdShape<D, kDeterministic>;
+  using S = BwdShape<D, kDeterministic, kDropout>;
   using QTile = typename S::QTile;
   using KTile = typename S::KTile;
   using PTile = typename S::PTile;
@@ -98,12 +98,16 @@ struct BwdMmaStep {
 
   // The step of query block m of head h (the block's iteration-th; turn: its deterministic
   // turn). issue_next(BwdNextLoadsAt<point>) issues the next step's loads that
-  // S::kNextCopies / kNextStats place at that point of the step.
+  // S::kNextCopies / kNextStats place at that point of the step (lock step only).
   template <class Masked, class IssueNext>
   __device__ __forceinline__ void run(Masked masked, int h, int m, int iteration, int turn,
                                       IssueNext&& issue_next) const {
     namespace wg = warpgroup;
     const int buffer = iteration % 2;
+    // Staggered: whether this warpgroup multiplies the step's dQ, and the step's dS^T buffer
+    // (BwdSchedule).
+    const bool dq_turn = !S::kStaggered || iteration % 2 == prim::warp_uniform(tid / 128);
+    const uint32_t ds_buf = S::kStaggered ? ds_smem + buffer * PTile::kBytes : ds_smem;
     const int m0 = m * kBlockM;
     const uint32_t q_buf = q_smem + buffer * QTile::kBytes;
     const uint32_t do_buf = do_smem + buffer * QTile::kBytes;
@@ -241,8 +245,16 @@ struct BwdMmaStep {
       }
 
       // dS^T (and P^T) to shared memory: their last readers, the previous step's products,
-      // finished before this step's first barrier; visible to the async proxy after the next.
-      store_fragments<PTile>(ds_smem, dst, key0 + warp_row0, query0, lane);
+      // finished before this step's first barrier (staggered: the dQ product two steps ago,
+      // before the last kDsDone); visible to the async proxy after the next.
+      if constexpr (S::kStaggered) {
+        // The stores' addresses from a re-read thread index: kept across steps, with the
+        // buffer's offset, ptxas spilled them.
+        const int fresh = prim::thread_index_fresh();
+        store_fragments<PTile>(ds_buf, dst, key0 + fresh % 128 / 32 * 16, query0, fresh % 32);
+      } else {
+        store_fragments<PTile>(ds_buf, dst, key0 + warp_row0, query0, lane);
+      }
       if constexpr (!S::kKeySplit) store_fragments<PTile>(pt_smem, pt, warp_row0, query0, lane);
 
       // dV += P^T dO, dK += dS^T Q; completed by a later wait (ptxas keeps the register
@@ -257,7 +269,7 @@ struct BwdMmaStep {
           wg::mma_rs<S::kKvCols, T, true>(dv, pt[ks],
                                           QCols::advance(do_cols_desc, kMSteps * part + ks), true);
         }
-        if (part + 1 < S::kSdpParts) {
+        if (part + 1 < S::kSdpParts || S::kStaggered) {
 #pragma unroll
           for (int ks = 0; ks < kMSteps; ++ks) {
             wg::mma_rs<S::kKvCols, T, true>(dk, dst[ks],
@@ -268,6 +280,10 @@ struct BwdMmaStep {
       }
     }
     wg::fence_proxy_async_shared();
+    if constexpr (S::kStaggered) {
+      finish_staggered(dq_turn, iteration, ds_buf);
+      return;
+    }
     int32_t* turn_counter = nullptr;
     int seen = -1;
     if (!S::kDqWriter && kDeterministic) {
@@ -318,23 +334,7 @@ struct BwdMmaStep {
     wg::fence_operands(dq);
 
     if constexpr (S::kDqWriter) {
-      // To the stash the writer read two steps ago (its use iteration / 2 - 1 is then over),
-      // then tell it.
-      const uint32_t stash = stash_smem + buffer * S::kStashBytes;
-      if (iteration >= 2) {
-        mbarrier::wait(bwd_stash_empty(stash_bars, buffer), (iteration / 2 - 1) & 1);
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = dq_query0 + frag_row + 8 * half;
-#pragma unroll
-        for (int j = 0; j < S::kDqCols / 8; ++j) {
-          const int col = dq_col0 + 8 * j + frag_col;
-          prim::store_shared(stash + 4 * (row * S::kStashStride + col), dq[4 * j + 2 * half],
-                             dq[4 * j + 2 * half + 1]);
-        }
-      }
-      mbarrier::arrive(bwd_stash_full(stash_bars, buffer));
+      stash_dq(dq, iteration);
     } else {
       if constexpr (kDeterministic) {
         if (lane == 0) {
@@ -387,6 +387,63 @@ struct BwdMmaStep {
       wg::fence_operands(dk);
     }
     unreleased = turn_counter;
+  }
+
+  // The writer's: this thread's dQ fragments to the stash the writer read kStashBuffers steps
+  // ago (once its previous use is over), then tell it.
+  __device__ __forceinline__ void stash_dq(const float (&dq)[S::kDqCols / 2],
+                                           int iteration) const {
+    constexpr int kBuffers = S::kStashBuffers;
+    const int buffer = iteration % kBuffers;
+    const uint32_t stash = stash_smem + buffer * S::kStashBytes;
+    if (iteration >= kBuffers) {
+      mbarrier::wait(bwd_stash_empty<S>(stash_bars, buffer), (iteration / kBuffers - 1) & 1);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = dq_query0 + frag_row + 8 * half;
+#pragma unroll
+      for (int j = 0; j < S::kDqCols / 8; ++j) {
+        const int col = dq_col0 + 8 * j + frag_col;
+        prim::store_shared(stash + 4 * (row * S::kStashStride + col), dq[4 * j + 2 * half],
+                           dq[4 * j + 2 * half + 1]);
+      }
+    }
+    mbarrier::arrive(bwd_stash_full<S>(stash_bars, buffer));
+  }
+
+  // The staggered schedule's end of a step, once this warpgroup's dS^T half is stored (in
+  // ds_buf) and its dV and dK products issued. The other warpgroup's turn: say the half is
+  // stored and complete the products. This one's: wait for the other half, complete the
+  // products (their register operands would otherwise stay live beside dQ's 64 x D
+  // accumulator), multiply dQ = dS K over the block's 128 keys and hand it to the writer.
+  __device__ __forceinline__ void finish_staggered(bool dq_turn, int iteration,
+                                                   uint32_t ds_buf) const {
+    namespace wg = warpgroup;
+    const int parity = iteration % 2;
+    if (!dq_turn) {
+      prim::named_arrive(kDsDoneBarrier + parity, S::kMmaThreads);
+      wg::wait_group<0>();
+      wg::fence_operands(dv);
+      wg::fence_operands(dk);
+      return;
+    }
+    prim::named_sync(kDsDoneBarrier + parity, S::kMmaThreads);
+    wg::wait_group<0>();
+    wg::fence_operands(dv);
+    wg::fence_operands(dk);
+    float dq[S::kDqCols / 2];
+    const uint64_t ds_cols = PCols::descriptor(ds_buf);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      wg::mma_ss<S::kDqCols, T, true, true>(dq, PCols::advance(ds_cols, ks),
+                                            KCols::advance(k_cols_desc, ks), ks > 0);
+    }
+    wg::commit_group();
+    wg::wait_group<0>();
+    wg::fence_operands(dq);
+    stash_dq(dq, iteration);
   }
 };
 

@@ -284,6 +284,12 @@ TEST_P(CudaDropout, BackwardOddLengthsGqaVarlenAndFeatures) {
   packed.seqused_k = {3, 40, 0, 100, 101, 0};
   packed.causal = false;
   expect_backward_passes(packed);
+  // d = 128 (on Hopper the staggered schedule): whole query blocks by TMA, each sequence's
+  // partial last one by the producer's cp.async.
+  Problem packed_wide =
+      dropped_varlen(4, 2, 128, {1, 70, 0, 130, 200, 5}, {5, 90, 17, 127, 150, 0}, 0.2f);
+  packed_wide.causal = true;
+  expect_backward_passes(packed_wide);
   Problem features = dropped({1, 2, 2, 150, 170, 96}, 0.1f);
   features.window_left = 30;
   features.window_right = 0;
@@ -295,8 +301,10 @@ TEST_P(CudaDropout, BackwardOddLengthsGqaVarlenAndFeatures) {
 
 // Small problems that scripts/gpu-check also runs under compute-sanitizer (memcheck,
 // racecheck): the forward and backward dropout kernels, one tile shape each (on a Hopper GPU
-// the Hopper forward and backward; gpu-check's second pass the sm80 ones), and the Hopper
-// forward's widest key block with dropout over several blocks.
+// the Hopper forward and backward; gpu-check's second pass the sm80 ones), the Hopper
+// backward's staggered schedule (d = 128: producer warp, TMA and cp.async query blocks, a
+// dQ turn each step), and the Hopper forward's widest key block with dropout over several
+// blocks.
 using CudaDropoutSanitize = CudaTest;
 
 TEST_F(CudaDropoutSanitize, SmallProblems) {
@@ -305,7 +313,13 @@ TEST_F(CudaDropoutSanitize, SmallProblems) {
   causal.dropout_p = 0.2f;
   Problem wide = dense_problem(DType::kF16, {1, 1, 1, 33, 70, 256}, 12);
   wide.dropout_p = 0.3f;
-  for (const Problem& p : {causal, wide}) expect_passes(fa_test::check_backward(p, cuda_runner()));
+  Problem staggered = dense_problem(DType::kBF16, {0, 2, 1, 0, 0, 128}, 14);
+  staggered.seqlens_q = {70, 200};
+  staggered.seqlens_k = {90, 180};
+  staggered.dropout_p = 0.2f;
+  for (const Problem& p : {causal, wide, staggered}) {
+    expect_passes(fa_test::check_backward(p, cuda_runner()));
+  }
 }
 
 TEST_F(CudaDropoutSanitize, ForwardWideKeyBlocks) {
