@@ -4,8 +4,10 @@
 // (the warp's 32 lanes arrive after their statistics stores; the TMA copies complete on it)
 // and "empty" (each MMA thread arrives once its products and reads of the step are complete).
 //
-// Q and dO come as BwdQdoLoads brings them: by TMA where the launcher mapped both and the
-// block lies inside its sequence, else by cp.async from the warp's lanes (each the share of four threads of the tile copy), which then wait
+// Q and dO come as BwdQdoLoads brings them (the same TMA issue, written out here: sharing it
+// as a function changed the lock-step kernels' register allocation throughout): by TMA where
+// the launcher mapped both and the block lies inside its sequence, else by cp.async from the
+// warp's lanes (each the share of four threads of the tile copy), which then wait
 // for their copies and fence them for the async proxy before they arrive (wgmma reads the
 // buffer through it).
 #pragma once
