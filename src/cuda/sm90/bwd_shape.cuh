@@ -136,9 +136,6 @@ struct BwdShape {
   static __device__ __forceinline__ int dq_query0_of(int group) {
     return kDqSplitsQueries ? 64 * group : 0;
   }
-  static __device__ __forceinline__ int dq_col0_of(int group) {
-    return kDqSplitsCols ? kDqCols * group : 0;
-  }
   // The default mode's: the fastest of the three by head dim (bench/RESULTS.md); the later ones
   // keep the copies' addresses live across products, which at d = 128 spills more. The
   // deterministic mode's: the copies at the start; without the writer the statistics after
