@@ -4,10 +4,8 @@
 // (the warp's 32 lanes arrive after their statistics stores; the TMA copies complete on it)
 // and "empty" (each MMA thread arrives once its products and reads of the step are complete).
 //
-// Q and dO come as BwdQdoLoads brings them (the same TMA issue, written out here: sharing it
-// as a function changed the lock-step kernels' register allocation throughout): by TMA where
-// the launcher mapped both and the block lies inside its sequence, else by cp.async from the
-// warp's lanes (each the share of four threads of the tile copy), which then wait
+// Q and dO come as BwdQdoLoads brings them: by TMA where the launcher mapped both and the
+// block lies inside its sequence (bwd_issue_q_do_tma), else by cp.async from the warp's lanes (each the share of four threads of the tile copy), which then wait
 // for their copies and fence them for the async proxy before they arrive (wgmma reads the
 // buffer through it).
 #pragma once
@@ -46,7 +44,9 @@ struct BwdProducer {
     for (int iteration = 0; m < order.m_blocks; ++iteration) {
       const int buffer = iteration % 2;
       // The MMA warps' step iteration - 2 read this buffer last.
-      if (iteration >= 2) mbarrier::wait(bwd_q_do_empty(q_do_bars, buffer), (iteration / 2 - 1) & 1);
+      if (iteration >= 2) {
+        mbarrier::wait(bwd_q_do_empty(q_do_bars, buffer), (iteration / 2 - 1) & 1);
+      }
       const int h = hk * group + g;
       float* row_stats = stats + buffer * 2 * kBlockM;
       float values[2 * kBlockM / 32];
@@ -61,12 +61,7 @@ struct BwdProducer {
       const uint32_t do_dst = do_smem + buffer * QTile::kBytes;
       if (maps.ok && seq.block_inside(m)) {
         if (lane == 0) {
-          mbarrier::arrive_expect_tx(bar, 2 * QTile::kBytes);
-          const int row = seq.tma_row(m), batch = seq.tma_batch();
-          tma::load_operand_tile<QTile>(q_dst, &maps.q, row, h, batch, bar,
-                                        tma::CacheHint::kEvictLast);
-          tma::load_operand_tile<QTile>(do_dst, &maps.dout, row, h, batch, bar,
-                                        tma::CacheHint::kEvictLast);
+          bwd_issue_q_do_tma<QTile>(maps, seq, h, m, q_dst, do_dst, bar);
         } else {
           mbarrier::arrive(bar);
         }

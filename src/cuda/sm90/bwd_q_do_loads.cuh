@@ -24,6 +24,19 @@ struct BwdTmaMaps {
   int ok;
 };
 
+// Query block m's boxes of Q and dO, issued by one thread, which arms the buffer's mbarrier
+// `bar` for their bytes (BwdQdoLoads and the staggered schedule's producer).
+template <class QTile, class Sequence>
+__device__ __forceinline__ void bwd_issue_q_do_tma(const BwdTmaMaps& maps, const Sequence& seq,
+                                                   int h, int m, uint32_t q_dst, uint32_t do_dst,
+                                                   uint32_t bar) {
+  mbarrier::arrive_expect_tx(bar, 2 * QTile::kBytes);
+  const int row = seq.tma_row(m), batch = seq.tma_batch();
+  tma::load_operand_tile<QTile>(q_dst, &maps.q, row, h, batch, bar, tma::CacheHint::kEvictLast);
+  tma::load_operand_tile<QTile>(do_dst, &maps.dout, row, h, batch, bar,
+                                tma::CacheHint::kEvictLast);
+}
+
 template <class S, class Sequence>
 struct BwdQdoLoads {
   using QTile = typename S::QTile;
@@ -44,13 +57,7 @@ struct BwdQdoLoads {
     const uint32_t do_dst = do_smem + buffer * QTile::kBytes;
     if (maps.ok && seq.block_inside(m)) {
       if (tid == 0) {
-        const uint32_t bar = full_bars + 8 * buffer;
-        mbarrier::arrive_expect_tx(bar, 2 * QTile::kBytes);
-        const int row = seq.tma_row(m), batch = seq.tma_batch();
-        tma::load_operand_tile<QTile>(q_dst, &maps.q, row, h, batch, bar,
-                                      tma::CacheHint::kEvictLast);
-        tma::load_operand_tile<QTile>(do_dst, &maps.dout, row, h, batch, bar,
-                                      tma::CacheHint::kEvictLast);
+        bwd_issue_q_do_tma<QTile>(maps, seq, h, m, q_dst, do_dst, full_bars + 8 * buffer);
       }
       by_tma |= 1u << buffer;
     } else {
