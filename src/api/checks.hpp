@@ -4,7 +4,10 @@
 // Keeping the wording in one place is what makes every error look the same.
 #pragma once
 
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -30,10 +33,29 @@ std::string shape_text(const Tensor& t);  // "[2, 128, 8, 64]"
 
 // One expected dimension, named so the message says which size was wrong.
 struct Dim {
-  int64_t size;
-  const char* name;
+  int64_t size = 0;
+  const char* name = "";
 };
-using Shape = std::vector<Dim>;
+
+// An expected shape: at most kMaxRank dimensions, held inline, since validation builds
+// several for every call and a heap allocation each was a large share of its host time.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<Dim> dims) {
+    for (const Dim& dim : dims) push_back(dim);
+  }
+  void push_back(Dim dim) {
+    assert(size_ < kMaxRank && "an expected shape has at most kMaxRank dimensions");
+    dims_[size_++] = dim;
+  }
+  size_t size() const { return size_; }
+  const Dim& operator[](size_t d) const { return dims_[d]; }
+
+ private:
+  Dim dims_[kMaxRank];
+  size_t size_ = 0;
+};
 std::string shape_text(const Shape& shape);  // "[batch=2, seqlen_k=128, ...]"
 
 // What every present tensor must satisfy whatever its role: rank 1..4, sizes and strides

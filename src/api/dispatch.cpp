@@ -110,17 +110,18 @@ Status make_plan(const KVCacheArgs& args, Backend requested, Plan<core::KVCacheP
 
 Status check_workspace(const Target& target, size_t required, const Launch& launch) {
   if (required == 0) return Status::Ok();
-  const std::string expected =
-      "at least " + std::to_string(required) + " bytes on " + to_text(target.device);
-  if (launch.workspace == nullptr) return invalid("launch.workspace", expected, "nullptr");
+  const auto expected = [&] {
+    return "at least " + std::to_string(required) + " bytes on " + to_text(target.device);
+  };
+  if (launch.workspace == nullptr) return invalid("launch.workspace", expected(), "nullptr");
   if (launch.workspace_bytes < required) {
-    return invalid("launch.workspace_bytes", expected, std::to_string(launch.workspace_bytes));
+    return invalid("launch.workspace_bytes", expected(), std::to_string(launch.workspace_bytes));
   }
   if (target.verify_pointers) {
     Device actual{};
     FA_RETURN_IF_ERROR(cuda::pointer_device(launch.workspace, &actual));
     if (actual.type != target.device.type || actual.index != target.device.index) {
-      return invalid("launch.workspace", expected, "a pointer on " + to_text(actual));
+      return invalid("launch.workspace", expected(), "a pointer on " + to_text(actual));
     }
   }
   return Status::Ok();

@@ -59,12 +59,12 @@ Status check_total_q(const Sizes& sizes) {
 }
 
 Status check_head_dims(int64_t head_dim, int64_t head_dim_v, const char* v_name) {
-  const std::string range = "1.." + std::to_string(kMaxHeadDim);
+  const auto range = [] { return "1.." + std::to_string(kMaxHeadDim); };
   if (head_dim < 1 || head_dim > kMaxHeadDim) {
-    return invalid("q", "head_dim in " + range, std::to_string(head_dim));
+    return invalid("q", "head_dim in " + range(), std::to_string(head_dim));
   }
   if (head_dim_v < 1 || head_dim_v > kMaxHeadDim) {
-    return invalid(v_name, "head_dim_v in " + range, std::to_string(head_dim_v));
+    return invalid(v_name, "head_dim_v in " + range(), std::to_string(head_dim_v));
   }
   return Status::Ok();
 }

@@ -36,6 +36,13 @@ TEST(ValidationTensors, MissingRequiredTensor) {
   BackwardCase c;
   c.args.dv = Tensor{};
   EXPECT_TRUE(Rejected(check(c.args), kInvalid, "dv", "got none"));
+  // The message spells out the shape the argument must have.
+  EXPECT_TRUE(Rejected(check(c.args), kInvalid, "dv",
+                       "expected a tensor [batch=2, seqlen_k=7, nheads_k=2, head_dim_v=16]"));
+  BackwardCase d;
+  d.args.dq = Tensor{};
+  EXPECT_TRUE(Rejected(check(d.args), kInvalid, "dq",
+                       "expected a tensor [batch=2, seqlen_q=5, nheads=4, head_dim=16]"));
 }
 
 TEST(ValidationTensors, NullPointer) {
