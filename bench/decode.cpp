@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "host_time.hpp"
 #include "memory.hpp"
 
 namespace fa_bench {
@@ -157,9 +158,15 @@ int run_decode(const Options& o) {
   const bool slow = backend != Backend::kCuda;
   const int warmup = o.warmup >= 0 ? o.warmup : (slow ? 1 : 10);
   const int iters = o.iters > 0 ? o.iters : (slow ? 3 : 50);
-  std::vector<double> ms = memory->time(
-      [&](int i) { return flashattn::forward_kvcache(sets[size_t(i) % sets.size()].args, launch); },
-      warmup, iters, &status);
+  auto call = [&](int i) {
+    return flashattn::forward_kvcache(sets[size_t(i) % sets.size()].args, launch);
+  };
+  std::vector<double> ms = memory->time(call, warmup, iters, &status);
+  HostTime host;
+  if (status.ok() && o.host_time_calls > 0) {
+    auto supported = [&] { return flashattn::supported(sets[0].args, backend); };
+    host = measure_host_time(*memory, o.host_time_calls, supported, call, &status);
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "flashattn-bench: forward_kvcache: %s (%s)\n", status.message().c_str(),
                  flashattn::to_string(status.code()));
@@ -180,13 +187,18 @@ int run_decode(const Options& o) {
               "\"cache_layout\": \"%s\", \"page_order\": \"%s\", "
               "\"causal\": %s, \"ms\": %.6f, \"ms_min\": %.6f, \"iters\": %zu, \"buffer_sets\": %zu, "
               "\"cache_dtype\": \"%s\", \"kv_bytes\": %zu, \"tbps\": %.4f, "
-              "\"tbps_16bit_equivalent\": %.4f, \"tflops\": %.4f}\n",
+              "\"tbps_16bit_equivalent\": %.4f, \"tflops\": %.4f",
               flashattn::to_string(backend), memory->device_name().c_str(),
               flashattn::to_string(dtype), (long long)b, (long long)h, (long long)hk,
               (long long)sq, (long long)n, (long long)d, o.page_size, o.num_splits,
               o.heads_major ? "heads" : "rows", o.pages_in_order ? "sequential" : "shuffled",
               o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(),
               flashattn::to_string(cache_dtype), kv_bytes, tbps, tbps_16bit, tflops);
+  if (host.ran) {
+    std::printf(", \"host_call_us\": %.3f, \"host_plan_us\": %.3f, \"host_time_calls\": %d",
+                host.call_us, host.plan_us, host.calls);
+  }
+  std::printf("}\n");
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "check.hpp"
 #include "cpu_peak.hpp"
 #include "decode.hpp"
+#include "host_time.hpp"
 #include "cpu/backend.hpp"
 #include "cpu/tiled/tiled.hpp"
 #include "memory.hpp"
@@ -38,6 +39,7 @@ struct Result {
   size_t workspace_bytes = 0;
   size_t device_used_before = 0;  // CUDA: device memory in use before / after the timed calls
   size_t device_used_after = 0;
+  HostTime host;
   CheckResult check;
 };
 
@@ -91,6 +93,10 @@ void print_line(const Options& o, Backend backend, DType dtype, const Result& r)
                   cpu_peak_bf16_isa());
     }
   }
+  if (r.host.ran) {
+    std::printf(", host time per call %.2f us (validation and plan %.2f us; %d calls back to "
+                "back)", r.host.call_us, r.host.plan_us, r.host.calls);
+  }
   if (r.check.ran) {
     std::printf(", max_abs_err %.3g (max|ref| %.3g)", r.check.max_abs_err, r.check.max_ref);
   }
@@ -126,6 +132,10 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
                 "\"device_used_mb_after\": %.1f",
                 r.workspace_bytes, r.device_used_before / 1048576.0,
                 r.device_used_after / 1048576.0);
+  }
+  if (r.host.ran) {
+    std::printf(", \"host_call_us\": %.3f, \"host_plan_us\": %.3f, \"host_time_calls\": %d",
+                r.host.call_us, r.host.plan_us, r.host.calls);
   }
   if (r.check.ran) {
     std::printf(", \"max_abs_err\": %.6g, \"max_abs_ref\": %.6g", r.check.max_abs_err, r.check.max_ref);
@@ -204,6 +214,14 @@ int run(const Options& o) {
   r.median_ms = sorted[sorted.size() / 2];
   const double flops = forward_flops(o) * (backward ? 2.5 : 1.0);
   r.tflops = flops / (r.median_ms * 1e-3) / 1e12;
+  if (o.host_time_calls > 0) {
+    auto supported = [&] {
+      return backward ? flashattn::supported(backward_args(sets[0], o), backend)
+                      : flashattn::supported(forward_args(sets[0], o), backend);
+    };
+    r.host = measure_host_time(*memory, o.host_time_calls, supported, call, &status);
+    if (!status.ok()) return fail("host time", status);
+  }
   r.peak_rss_mb = peak_rss_mb();
   if (backend != Backend::kCuda) {
     r.cpu_threads = omp_get_max_threads();

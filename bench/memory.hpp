@@ -27,6 +27,8 @@ class Memory {
   // Device memory in use on the whole device (CUDA: total - free), 0 for host memory: read
   // around the timed calls to show that the library allocates nothing of its own.
   virtual size_t device_used_bytes() const { return 0; }
+  // Waits for the work queued on stream() (CUDA); nothing to wait for on the host.
+  virtual void synchronize() {}
   // Runs `call(i)` `warmup` times, then `iters` times, returning each timed call's
   // milliseconds; stops at the first failed call and reports it in `status`.
   virtual std::vector<double> time(const std::function<flashattn::Status(int)>& call, int warmup,

@@ -47,6 +47,7 @@ class CudaMemory final : public Memory {
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
   }
   void* stream() override { return stream_; }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   size_t cache_bytes() const override { return static_cast<size_t>(properties_.l2CacheSize); }
   size_t device_used_bytes() const override {
     size_t free = 0, total = 0;

@@ -17,6 +17,8 @@ const char* usage() {
          "  --check        compare with the reference on the same inputs\n"
          "  --json         print one JSON object\n"
          "  --warmup N --iters N\n"
+         "  --host-time N  also the host time per call: validation and plan alone, and whole\n"
+         "                 calls issued N at a time back to back (medians of 5 rounds)\n"
          "  --mode attention|decode            (decode: forward_kvcache, seqlen_q 1 by default)\n"
          "  --cache-len N --page-size P --num-splits N   (decode mode)\n"
          "  --cache-layout rows|heads  (decode: [.., keys, heads_k, d], default, or\n"
@@ -129,6 +131,8 @@ bool parse_options(int argc, char** argv, Options* o, std::string* message) {
       ok = parse_int(v, &o->warmup);
     } else if (flag == "--iters") {
       ok = parse_int(v, &o->iters) && o->iters > 0;
+    } else if (flag == "--host-time") {
+      ok = parse_int(v, &o->host_time_calls) && o->host_time_calls > 0;
     } else {
       *message = "flashattn-bench: unknown option " + flag + "\n" + usage();
       return false;

@@ -31,6 +31,7 @@ struct Options {
   bool json = false;
   int warmup = -1;  // -1: a default per backend
   int iters = -1;
+  int host_time_calls = 0;  // > 0: also the host time per call over that many calls
 
   Mode mode = Mode::kAttention;
   bool seqlen_q_given = false;
