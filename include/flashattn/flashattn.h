@@ -90,6 +90,11 @@ typedef struct fa_launch {
      a second time). Not called for a rejected call, nor for one that needs no workspace. */
   fa_workspace_allocator allocate_workspace;
   void* allocator_context;
+  /* 0: where CUDA is usable, the call asks the CUDA runtime where each pointer lives and
+     rejects one that is not where its fa_tensor says. Nonzero: the caller vouches for every
+     tensor's device_type / device_index (and the workspace's), as a framework does that read
+     them from its own tensors, and the call skips those queries (host time on every call). */
+  int32_t devices_trusted;
 } fa_launch;
 
 /* FP8 dequantization factors: an e4m3 operand x of batch entry b and KV head g is read as

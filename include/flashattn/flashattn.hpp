@@ -146,6 +146,11 @@ struct Launch {
   // second time). Not called for a rejected call, nor for one that needs no workspace.
   WorkspaceAllocator allocate_workspace = nullptr;
   void* allocator_context = nullptr;
+  // false: where CUDA is usable, the call asks the CUDA runtime where each pointer lives and
+  // rejects one that is not where its Tensor::device says. true: the caller vouches for
+  // every Tensor::device (and the workspace's), as a framework does that read them from its
+  // own tensors, and the call skips those queries, which cost host time on every call.
+  bool devices_trusted = false;
 };
 
 // FP8 dequantization factors (FlashAttention-3's q_descale, k_descale, v_descale): an e4m3

@@ -106,7 +106,8 @@ void bind_launch(nb::module_& m) {
       .def_prop_rw(
           "workspace", [](const Launch& l) { return reinterpret_cast<uintptr_t>(l.workspace); },
           [](Launch& l, uintptr_t workspace) { l.workspace = reinterpret_cast<void*>(workspace); })
-      .def_rw("workspace_bytes", &Launch::workspace_bytes);
+      .def_rw("workspace_bytes", &Launch::workspace_bytes)
+      .def_rw("devices_trusted", &Launch::devices_trusted);
 }
 
 }  // namespace

@@ -96,9 +96,13 @@ Descales read_descales(nb::handle q_descale, nb::handle k_descale, nb::handle v_
 
 // One call's launch: the caller's stream, and the workspace the library asks for, kept
 // until the call has been queued (the framework's allocator orders its reuse after it).
+// Every tensor's device was read from the framework (read_tensor), and the workspace comes
+// from the framework's allocator on q's device, so the library need not ask the CUDA runtime
+// where the pointers live.
 class TensorLaunch {
  public:
   TensorLaunch(nb::handle like, uintptr_t stream) : like_(like) {
+    launch_.devices_trusted = true;
     launch_.stream = reinterpret_cast<void*>(stream);
     launch_.allocate_workspace = &TensorLaunch::allocate;
     launch_.allocator_context = this;

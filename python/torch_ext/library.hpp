@@ -44,11 +44,13 @@ constexpr int kFallback = -1;
 // One call's launch: the current stream of `like`'s device (none for CPU tensors) and the
 // workspace the library asks for once it has validated and sized the call, from torch's
 // allocator (which orders its reuse after the work queued on that stream), kept until the
-// call has been queued.
+// call has been queued. Every fa_tensor's device is torch's own (describe), so the library
+// need not ask the CUDA runtime where the pointers live.
 class TensorLaunch {
  public:
   explicit TensorLaunch(const at::Tensor& like) : like_(like) {
     library->launch_init(&launch_);
+    launch_.devices_trusted = 1;
     if (like.is_cuda()) {
       launch_.stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
                            ->getStream(like.device())

@@ -85,6 +85,7 @@ Launch to_cpp(const fa_launch* l) {
   out.workspace_bytes = l->workspace_bytes;
   out.allocate_workspace = l->allocate_workspace;
   out.allocator_context = l->allocator_context;
+  out.devices_trusted = l->devices_trusted != 0;
   return out;
 }
 

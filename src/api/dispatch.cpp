@@ -44,7 +44,7 @@ struct KVCacheKind {
 };
 
 // kAuto follows q: CUDA tensors run on CUDA, host tensors on the CPU backend.
-Status resolve_target(Backend requested, const Tensor& q, Target* target) {
+Status resolve_target(Backend requested, const Tensor& q, bool devices_trusted, Target* target) {
   switch (requested) {
     case Backend::kAuto:
       target->backend = q.device.type == DeviceType::kCUDA ? Backend::kCuda : Backend::kCpu;
@@ -65,7 +65,7 @@ Status resolve_target(Backend requested, const Tensor& q, Target* target) {
   } else {
     target->device = Device{DeviceType::kCPU, 0};
   }
-  target->verify_pointers = cuda_usable();
+  target->verify_pointers = !devices_trusted && cuda_usable();
   return Status::Ok();
 }
 
@@ -80,8 +80,9 @@ Status cuda_unavailable() {
 }
 
 template <class Kind, class Args, class Params>
-Status make_plan_of(const Args& args, Backend requested, Plan<Params>* plan) {
-  FA_RETURN_IF_ERROR(resolve_target(requested, args.q, &plan->target));
+Status make_plan_of(const Args& args, Backend requested, bool devices_trusted,
+                    Plan<Params>* plan) {
+  FA_RETURN_IF_ERROR(resolve_target(requested, args.q, devices_trusted, &plan->target));
   FA_RETURN_IF_ERROR(Kind::validate(args, plan->target, &plan->params));
   plan->workspace_bytes = 0;
   if (plan->target.backend != Backend::kCuda) return Status::Ok();
@@ -98,14 +99,17 @@ bool cuda_usable() {
   return usable;
 }
 
-Status make_plan(const ForwardArgs& args, Backend requested, Plan<core::AttentionParams>* plan) {
-  return make_plan_of<ForwardKind>(args, requested, plan);
+Status make_plan(const ForwardArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::AttentionParams>* plan) {
+  return make_plan_of<ForwardKind>(args, requested, devices_trusted, plan);
 }
-Status make_plan(const BackwardArgs& args, Backend requested, Plan<core::BackwardParams>* plan) {
-  return make_plan_of<BackwardKind>(args, requested, plan);
+Status make_plan(const BackwardArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::BackwardParams>* plan) {
+  return make_plan_of<BackwardKind>(args, requested, devices_trusted, plan);
 }
-Status make_plan(const KVCacheArgs& args, Backend requested, Plan<core::KVCacheParams>* plan) {
-  return make_plan_of<KVCacheKind>(args, requested, plan);
+Status make_plan(const KVCacheArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::KVCacheParams>* plan) {
+  return make_plan_of<KVCacheKind>(args, requested, devices_trusted, plan);
 }
 
 Status check_workspace(const Target& target, size_t required, const Launch& launch) {

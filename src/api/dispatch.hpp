@@ -19,9 +19,14 @@ struct Plan {
   size_t workspace_bytes = 0;  // what Launch::workspace must hold
 };
 
-Status make_plan(const ForwardArgs& args, Backend requested, Plan<core::AttentionParams>* plan);
-Status make_plan(const BackwardArgs& args, Backend requested, Plan<core::BackwardParams>* plan);
-Status make_plan(const KVCacheArgs& args, Backend requested, Plan<core::KVCacheParams>* plan);
+// `devices_trusted`: Launch::devices_trusted (the pointers' devices are not asked of the
+// CUDA runtime); false for the queries, which have no Launch.
+Status make_plan(const ForwardArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::AttentionParams>* plan);
+Status make_plan(const BackwardArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::BackwardParams>* plan);
+Status make_plan(const KVCacheArgs& args, Backend requested, bool devices_trusted,
+                 Plan<core::KVCacheParams>* plan);
 
 template <class Args>
 struct PlanOf;

@@ -35,7 +35,7 @@ template <class Args>
 Status execute(const Args& args, const Launch& launch) {
   return guarded([&] {
     api::PlanFor<Args> plan;
-    FA_RETURN_IF_ERROR(api::make_plan(args, launch.backend, &plan));
+    FA_RETURN_IF_ERROR(api::make_plan(args, launch.backend, launch.devices_trusted, &plan));
     const Launch sized = with_workspace(launch, plan.workspace_bytes);
     FA_RETURN_IF_ERROR(api::check_workspace(plan.target, plan.workspace_bytes, sized));
     return api::run(plan, sized);
@@ -47,7 +47,7 @@ Status query_workspace(const Args& args, Backend backend, size_t* bytes) {
   return guarded([&] {
     if (bytes == nullptr) return api::invalid("bytes", "a non-null pointer", "nullptr");
     api::PlanFor<Args> plan;
-    FA_RETURN_IF_ERROR(api::make_plan(args, backend, &plan));
+    FA_RETURN_IF_ERROR(api::make_plan(args, backend, /*devices_trusted=*/false, &plan));
     *bytes = plan.workspace_bytes;
     return Status::Ok();
   });
@@ -57,7 +57,7 @@ template <class Args>
 Status query_supported(const Args& args, Backend backend) {
   return guarded([&] {
     api::PlanFor<Args> plan;
-    return api::make_plan(args, backend, &plan);
+    return api::make_plan(args, backend, /*devices_trusted=*/false, &plan);
   });
 }
 

@@ -15,7 +15,8 @@ namespace flashattn::api {
 struct Target {
   Backend backend = Backend::kCpu;
   Device device{};  // the device every tensor must live on
-  // Ask the CUDA runtime where each pointer really lives (only when CUDA is usable).
+  // Ask the CUDA runtime where each pointer really lives (only when CUDA is usable and the
+  // caller does not vouch for the devices: Launch::devices_trusted).
   bool verify_pointers = false;
 };
 

@@ -130,6 +130,7 @@ static void test_workspace_allocator(void) {
   fa_launch_init(&launch);
   expect(launch.allocate_workspace == NULL && launch.allocator_context == NULL,
          "fa_launch_init leaves no allocator");
+  expect(launch.devices_trusted == 0, "fa_launch_init leaves the devices to be checked");
   launch.backend = FA_BACKEND_CPU;
   launch.allocate_workspace = counting_allocator;
   launch.allocator_context = &allocator_calls;

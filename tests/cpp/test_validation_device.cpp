@@ -88,5 +88,22 @@ TEST(ValidationDevice, PointerNotWhereItIsDeclared) {
       Rejected(flashattn::supported(args, Backend::kCuda), kInvalid, "q", "got a pointer on cpu"));
 }
 
+// Launch::devices_trusted: the caller vouches for the declared devices, and the call does not
+// ask the runtime. An empty call (batch 0) declared on cuda:0 over host memory runs nothing,
+// so only the placement check can reject it: it does without the flag and not with it.
+TEST(ValidationDevice, TrustedDevicesAreNotAskedOfTheRuntime) {
+  if (!flashattn::cuda_available()) GTEST_SKIP() << "needs the CUDA runtime to locate pointers";
+  ForwardCase f(Problem{DType::kF16, /*batch=*/0});
+  alignas(256) static char host[256];
+  ForwardArgs args = declared_on_cuda(f.args);
+  for (Tensor* t : {&args.q, &args.k, &args.v, &args.out, &args.lse}) t->data = host;
+  const flashattn::Launch checked{Backend::kCuda};
+  EXPECT_TRUE(Rejected(flashattn::forward(args, checked), kInvalid, "q", "got a pointer on cpu"));
+  flashattn::Launch trusted{Backend::kCuda};
+  trusted.devices_trusted = true;
+  const flashattn::Status ran = flashattn::forward(args, trusted);
+  EXPECT_TRUE(ran.ok()) << ran.message();
+}
+
 }  // namespace
 }  // namespace api_test
