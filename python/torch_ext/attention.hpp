@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -147,42 +148,56 @@ inline std::vector<at::Tensor> run_backward(at::Tensor dout, const at::Tensor& q
   return {dq, dk, dv};
 }
 
-// A Call in the autograd context's saved_data as plain values (tensors, numbers, None),
-// which torch._dynamo's compiled autograd can read, as it cannot read a capsule.
+// A Call in the autograd context as plain values, which torch._dynamo's compiled autograd
+// can read (it cannot read a capsule): its tensors saved beside the node's operands
+// (undefined where absent; saved tensors are also checked for in-place changes), its numbers
+// one list in saved_data (every integer here is exact in a double). One entry rather than one
+// per field: each entry of saved_data is a string-keyed insertion and an allocation per call.
 using SavedData = decltype(torch::autograd::AutogradContext::saved_data);
+constexpr const char* kSavedScalars = "call";
+constexpr int kSavedOperands = 5;  // q, k, v, out, lse; then the Call's tensors
 
-inline void save(const Call& call, SavedData& data) {
-  data["cu_seqlens_q"] = call.cu_seqlens_q;
-  data["cu_seqlens_k"] = call.cu_seqlens_k;
-  data["seqused_k"] = call.seqused_k;
-  data["alibi_slopes"] = call.alibi_slopes;
-  data["max_seqlen"] = std::vector<int64_t>{call.max_seqlen_q, call.max_seqlen_k,
-                                            call.window_left, call.window_right};
-  data["scalars"] = std::vector<double>{call.dropout_p, call.softcap};
-  data["softmax_scale"] = call.softmax_scale;
-  data["flags"] = std::vector<bool>{call.causal, call.deterministic};
-  data["rng_state"] = call.rng_state;
+inline void save(torch::autograd::AutogradContext* ctx, const Call& call, const at::Tensor& q,
+                 const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                 const at::Tensor& lse) {
+  auto tensor = [](const std::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); };
+  ctx->save_for_backward({q, k, v, out, lse, tensor(call.cu_seqlens_q), tensor(call.cu_seqlens_k),
+                          tensor(call.seqused_k), tensor(call.alibi_slopes), call.rng_state});
+  const double no_scale = std::numeric_limits<double>::quiet_NaN();
+  ctx->saved_data[kSavedScalars] = std::vector<double>{
+      call.dropout_p,
+      call.softcap,
+      call.softmax_scale ? *call.softmax_scale : no_scale,
+      static_cast<double>(call.max_seqlen_q),
+      static_cast<double>(call.max_seqlen_k),
+      static_cast<double>(call.window_left),
+      static_cast<double>(call.window_right),
+      call.causal ? 1.0 : 0.0,
+      call.deterministic ? 1.0 : 0.0};
 }
 
-inline Call restore(SavedData& data) {
+// The Call save() kept; `saved`: the node's saved tensors, in save()'s order.
+inline Call restore(const std::vector<at::Tensor>& saved, SavedData& data) {
+  auto optional = [&](int i) {
+    const at::Tensor& t = saved[kSavedOperands + i];
+    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+  };
   Call call;
-  call.cu_seqlens_q = data["cu_seqlens_q"].toOptional<at::Tensor>();
-  call.cu_seqlens_k = data["cu_seqlens_k"].toOptional<at::Tensor>();
-  call.seqused_k = data["seqused_k"].toOptional<at::Tensor>();
-  call.alibi_slopes = data["alibi_slopes"].toOptional<at::Tensor>();
-  const auto ints = data["max_seqlen"].toIntVector();
-  call.max_seqlen_q = ints[0];
-  call.max_seqlen_k = ints[1];
-  call.window_left = ints[2];
-  call.window_right = ints[3];
-  const auto scalars = data["scalars"].toDoubleVector();
+  call.cu_seqlens_q = optional(0);
+  call.cu_seqlens_k = optional(1);
+  call.seqused_k = optional(2);
+  call.alibi_slopes = optional(3);
+  call.rng_state = saved[kSavedOperands + 4];
+  const auto scalars = data[kSavedScalars].toDoubleVector();
   call.dropout_p = scalars[0];
   call.softcap = scalars[1];
-  call.softmax_scale = data["softmax_scale"].toOptional<double>();
-  const auto flags = data["flags"].toBoolList();
-  call.causal = flags[0];
-  call.deterministic = flags[1];
-  call.rng_state = data["rng_state"].toTensor();
+  if (!std::isnan(scalars[2])) call.softmax_scale = scalars[2];
+  call.max_seqlen_q = static_cast<int64_t>(scalars[3]);
+  call.max_seqlen_k = static_cast<int64_t>(scalars[4]);
+  call.window_left = static_cast<int64_t>(scalars[5]);
+  call.window_right = static_cast<int64_t>(scalars[6]);
+  call.causal = scalars[7] != 0.0;
+  call.deterministic = scalars[8] != 0.0;
   return call;
 }
 
@@ -193,8 +208,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                                 const at::Tensor& v,
                                                 const c10::intrusive_ptr<Call>& call) {
     auto [out, lse] = run_forward(q, k, v, *call, /*with_lse=*/true);
-    ctx->save_for_backward({q, k, v, out, lse});
-    save(*call, ctx->saved_data);
+    save(ctx, *call, q, k, v, out, lse);
     // lse and rng_state are not outputs of the node but reach the caller through `call`:
     // made without gradient mode, they are the non-differentiable tensors the Python path
     // marks as such, the node gets no gradient for them (no zero tensors made on every
@@ -209,7 +223,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
     const at::Tensor& dout = grads[0];
     if (!dout.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const auto saved = ctx->get_saved_variables();
-    const Call call = restore(ctx->saved_data);
+    const Call call = restore(saved, ctx->saved_data);
     auto dqkv = run_backward(dout, saved[0], saved[1], saved[2], saved[3], saved[4], call);
     dqkv.emplace_back();  // `call` has no gradient
     return dqkv;
