@@ -131,7 +131,7 @@ Status expect_shape(const Tensor& t, const char* name, const Shape& shape) {
 
 Status expect_tensor(const Tensor& t, const char* name, DType dtype, const Shape& shape) {
   // The expected shape is spelled out only for the message: most calls pass.
-  if (!t.present()) return invalid(name, "a tensor " + shape_text(shape), "none");
+  if (!t.present()) return expect_present(t, name, shape_text(shape).c_str());
   // A wrong rank first: a view of the wrong rank usually fails the other checks too.
   if (t.rank != static_cast<int>(shape.size())) return expect_shape(t, name, shape);
   FA_RETURN_IF_ERROR(check_storage(t, name));

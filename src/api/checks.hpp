@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "core/params.hpp"
 #include "flashattn/flashattn.hpp"
