@@ -194,10 +194,7 @@ int run_decode(const Options& o) {
               o.heads_major ? "heads" : "rows", o.pages_in_order ? "sequential" : "shuffled",
               o.causal ? "true" : "false", median, ms.front(), ms.size(), sets.size(),
               flashattn::to_string(cache_dtype), kv_bytes, tbps, tbps_16bit, tflops);
-  if (host.ran) {
-    std::printf(", \"host_call_us\": %.3f, \"host_plan_us\": %.3f, \"host_time_calls\": %d",
-                host.call_us, host.plan_us, host.calls);
-  }
+  print_host_time_json(host);
   std::printf("}\n");
   return 0;
 }

@@ -133,10 +133,7 @@ void print_json(const Options& o, Backend backend, DType dtype, const Result& r)
                 r.workspace_bytes, r.device_used_before / 1048576.0,
                 r.device_used_after / 1048576.0);
   }
-  if (r.host.ran) {
-    std::printf(", \"host_call_us\": %.3f, \"host_plan_us\": %.3f, \"host_time_calls\": %d",
-                r.host.call_us, r.host.plan_us, r.host.calls);
-  }
+  print_host_time_json(r.host);
   if (r.check.ran) {
     std::printf(", \"max_abs_err\": %.6g, \"max_abs_ref\": %.6g", r.check.max_abs_err, r.check.max_ref);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 namespace fa_bench {
@@ -52,6 +53,12 @@ HostTime measure_host_time(Memory& memory, int calls,
   t.plan_us = median(plan_us);
   t.call_us = median(call_us);
   return t;
+}
+
+void print_host_time_json(const HostTime& t) {
+  if (!t.ran) return;
+  std::printf(", \"host_call_us\": %.3f, \"host_plan_us\": %.3f, \"host_time_calls\": %d",
+              t.call_us, t.plan_us, t.calls);
 }
 
 }  // namespace fa_bench

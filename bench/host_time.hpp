@@ -23,4 +23,8 @@ HostTime measure_host_time(Memory& memory, int calls,
                            const std::function<flashattn::Status(int)>& call,
                            flashattn::Status* status);
 
+// The JSON fields of a measurement that ran (", \"host_call_us\": ..."), for the line being
+// printed; nothing when it did not.
+void print_host_time_json(const HostTime& t);
+
 }  // namespace fa_bench
